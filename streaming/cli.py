@@ -1,0 +1,62 @@
+"""The `tsm` command: one entry point, subcommands registered by each part.
+
+Each part registers its own subcommands (`register(subparsers)`) and imports
+its heavy dependencies (Spark, Kafka clients) only inside the handler, so
+that `tsm replay --help` stays fast and works without a JVM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# Modules that define `register(subparsers)`; missing ones are skipped so the
+# CLI keeps working while a part is being built.
+COMMAND_MODULES = (
+    "streaming.replay",
+    "connectors.commands",
+    "streaming.commands",
+    "benchmarks.commands",
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="tsm",
+        description="Streaming matcher for temporal subspace queries "
+        "(content-based publish/subscribe on Kafka and Spark).",
+    )
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name in COMMAND_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name != name:
+                raise
+            continue
+        module.register(subparsers)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.handler(args) or 0)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+    except CliError as exc:
+        print(f"tsm {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+
+
+class CliError(Exception):
+    """An error to report on stderr with a non-zero exit status, without a traceback."""
+
+
+if __name__ == "__main__":
+    sys.exit(main())
