@@ -2,8 +2,15 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+import math
+import sys
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+from matcher.errors import FilterError
+
+if TYPE_CHECKING:
+    from matcher.profiles import Profile
 
 OPS = frozenset(
     "= != < <= > >= between in prefix suffix contains exists "
@@ -22,3 +29,424 @@ class Atom:
     attr: str
     op: str
     value: Any = None
+
+
+NUM, STR, BOOL = "num", "str", "bool"
+_MAX = sys.float_info.max
+
+
+def type_of(value: Any) -> str | None:
+    """The attribute type of a value; bools are not numbers (no coercion, §1)."""
+    if isinstance(value, bool):
+        return BOOL
+    if isinstance(value, int | float):
+        return NUM
+    if isinstance(value, str):
+        return STR
+    if isinstance(value, tuple):  # a profile interval
+        return NUM
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class Constraint:
+    """The normalized set of values one conjunction allows for one attribute.
+
+    Numbers are floats with closed bounds (an open bound is moved to the
+    next float), so that the numeric part is exactly a box. A finite set
+    (`=`, `IN`, every boolean constraint) is kept as `allowed` with the other
+    parts already folded into it. `type` None means `exists` (any type).
+    """
+
+    type: str | None
+    lo: Any = None
+    lo_open: bool = False
+    hi: Any = None
+    hi_open: bool = False
+    allowed: frozenset | None = None
+    excluded: frozenset = frozenset()
+    prefixes: tuple[str, ...] = ()
+    suffixes: tuple[str, ...] = ()
+    contains: tuple[str, ...] = ()
+    not_prefixes: tuple[str, ...] = ()
+    not_suffixes: tuple[str, ...] = ()
+    not_contains: tuple[str, ...] = ()
+
+    # -- membership -------------------------------------------------------
+
+    def allows(self, value: Any) -> bool:
+        """Does this constraint hold for the point `value`?"""
+        if self.type is None:
+            return True
+        if type_of(value) != self.type or isinstance(value, tuple):
+            return False
+        if self.allowed is not None:
+            return value in self.allowed
+        return self._in_bounds(value) and value not in self.excluded and self._patterns_ok(value)
+
+    def _in_bounds(self, v: Any) -> bool:
+        if self.lo is not None and (v < self.lo or (self.lo_open and v == self.lo)):
+            return False
+        return not (self.hi is not None and (v > self.hi or (self.hi_open and v == self.hi)))
+
+    def _patterns_ok(self, s: str) -> bool:
+        return (
+            all(s.startswith(p) for p in self.prefixes)
+            and all(s.endswith(p) for p in self.suffixes)
+            and all(p in s for p in self.contains)
+            and not any(s.startswith(p) for p in self.not_prefixes)
+            and not any(s.endswith(p) for p in self.not_suffixes)
+            and not any(p in s for p in self.not_contains)
+        )
+
+    # -- against a profile value (a point, or a closed numeric interval) ---
+
+    def overlaps(self, value: Any) -> bool:
+        """Does some point of `value` satisfy the constraint?"""
+        if not isinstance(value, tuple):
+            return self.allows(value)
+        if self.type is None:
+            return True
+        if self.type != NUM:
+            return False
+        a, b = value
+        if self.allowed is not None:
+            return any(a <= v <= b for v in self.allowed)
+        lo = a if self.lo is None else max(a, self.lo)
+        hi = b if self.hi is None else min(b, self.hi)
+        if lo > hi:
+            return False
+        return lo < hi or lo not in self.excluded
+
+    def covers(self, value: Any) -> bool:
+        """Does every point of `value` satisfy the constraint?"""
+        if not isinstance(value, tuple):
+            return self.allows(value)
+        if self.type is None:
+            return True
+        if self.type != NUM:
+            return False
+        a, b = value
+        if self.allowed is not None:
+            return a == b and a in self.allowed
+        if (self.lo is not None and a < self.lo) or (self.hi is not None and b > self.hi):
+            return False
+        return not any(a <= e <= b for e in self.excluded)
+
+    # -- against another constraint ----------------------------------------
+
+    def covers_constraint(self, other: Constraint) -> bool:
+        """Is every value `other` allows also allowed here (Siena's covering)?
+
+        Sound, and complete for numbers, booleans, finite sets and the
+        string forms the thesis uses; for unusual mixes of string patterns
+        and string ranges it may answer False where covering holds, which
+        only costs the forest some pruning.
+        """
+        if self.type is None:
+            return True
+        if other.type != self.type:
+            return False
+        if other.allowed is not None:
+            return all(self.allows(v) for v in other.allowed)
+        if self.allowed is not None:
+            return False
+        if not self._bounds_cover(other):
+            return False
+        if any(e not in other.excluded and other.allows(e) for e in self.excluded):
+            return False
+        pre, suf = other.prefixes, other.suffixes
+        return (
+            all(any(q.startswith(p) for q in pre) for p in self.prefixes)
+            and all(any(q.endswith(p) for q in suf) for p in self.suffixes)
+            and all(any(p in q for q in pre + suf + other.contains) for p in self.contains)
+            and all(
+                any(p.startswith(q) for q in other.not_prefixes)
+                or any(not q.startswith(p) and not p.startswith(q) for q in pre)
+                for p in self.not_prefixes
+            )
+            and all(
+                any(p.endswith(q) for q in other.not_suffixes)
+                or any(not q.endswith(p) and not p.endswith(q) for q in suf)
+                for p in self.not_suffixes
+            )
+            and all(any(q in p for q in other.not_contains) for p in self.not_contains)
+        )
+
+    def _bounds_cover(self, other: Constraint) -> bool:
+        if self.lo is not None:
+            if other.lo is None or other.lo < self.lo:
+                return False
+            if other.lo == self.lo and self.lo_open and not other.lo_open:
+                return False
+        if self.hi is not None:
+            if other.hi is None or other.hi > self.hi:
+                return False
+            if other.hi == self.hi and self.hi_open and not other.hi_open:
+                return False
+        return True
+
+    def intersect(self, other: Constraint) -> Constraint | None:
+        """Both constraints at once, normalized; None when nothing satisfies both."""
+        if self.type is None:
+            return other
+        if other.type is None:
+            return self
+        if self.type != other.type:
+            return None
+        if self.allowed is not None or other.allowed is not None:
+            if self.allowed is not None and other.allowed is not None:
+                values = self.allowed & other.allowed
+            elif self.allowed is not None:
+                values = frozenset(v for v in self.allowed if other.allows(v))
+            else:
+                values = frozenset(v for v in other.allowed if self.allows(v))
+            return Constraint(self.type, allowed=values) if values else None
+        lo, lo_open = _tighter(self.lo, self.lo_open, other.lo, other.lo_open, max)
+        hi, hi_open = _tighter(self.hi, self.hi_open, other.hi, other.hi_open, min)
+        return _normalized(
+            Constraint(
+                self.type,
+                lo,
+                lo_open,
+                hi,
+                hi_open,
+                None,
+                self.excluded | other.excluded,
+                self.prefixes + other.prefixes,
+                self.suffixes + other.suffixes,
+                self.contains + other.contains,
+                self.not_prefixes + other.not_prefixes,
+                self.not_suffixes + other.not_suffixes,
+                self.not_contains + other.not_contains,
+            )
+        )
+
+    def describe(self) -> str:
+        """A short readable form, for logs and error messages."""
+        if self.type is None:
+            return "exists"
+        if self.allowed is not None:
+            return "in " + repr(sorted(self.allowed, key=repr))
+        parts = []
+        if self.lo is not None:
+            parts.append((">" if self.lo_open else ">=") + repr(self.lo))
+        if self.hi is not None:
+            parts.append(("<" if self.hi_open else "<=") + repr(self.hi))
+        parts += [f"!={e!r}" for e in sorted(self.excluded, key=repr)]
+        for name in ("prefixes", "suffixes", "contains", "not_prefixes", "not_suffixes"):
+            parts += [f"{name}:{p!r}" for p in getattr(self, name)]
+        parts += [f"not_contains:{p!r}" for p in self.not_contains]
+        return " ".join(parts) or f"is {self.type}"
+
+
+def _tighter(a, a_open, b, b_open, pick):
+    if a is None:
+        return b, b_open
+    if b is None or a == b:
+        return a, a_open or (b_open if a == b else False)
+    chosen = pick(a, b)
+    return chosen, a_open if chosen == a else b_open
+
+
+def _strongest(patterns: tuple[str, ...], implies) -> tuple[str, ...]:
+    """Drop the patterns that another one implies (`implies(q, p)`: q makes p redundant)."""
+    kept: list[str] = []
+    for p in sorted(set(patterns)):
+        if not any(implies(q, p) for q in kept):
+            kept = [q for q in kept if not implies(p, q)] + [p]
+    return tuple(sorted(kept))
+
+
+def _normalized(c: Constraint) -> Constraint | None:
+    """Canonical form: closed numeric bounds, points as finite sets, no dead parts."""
+    lo, lo_open, hi, hi_open = c.lo, c.lo_open, c.hi, c.hi_open
+    if c.type == NUM:
+        if lo is not None and lo_open:
+            lo, lo_open = math.nextafter(lo, math.inf), False
+        if hi is not None and hi_open:
+            hi, hi_open = math.nextafter(hi, -math.inf), False
+    if lo is not None and hi is not None:
+        if lo > hi or (lo == hi and (lo_open or hi_open)):
+            return None
+        if lo == hi:
+            base = Constraint(c.type, allowed=frozenset([lo]))
+            rest = replace(c, lo=None, hi=None, lo_open=False, hi_open=False, excluded=c.excluded)
+            return base if rest.allows(lo) else None
+    prefixes = _strongest(c.prefixes, lambda q, p: q.startswith(p))
+    suffixes = _strongest(c.suffixes, lambda q, p: q.endswith(p))
+    if len(prefixes) > 1 or len(suffixes) > 1:
+        return None  # two prefixes neither of which extends the other
+    contains = _strongest(c.contains, lambda q, p: p in q)
+    not_prefixes = _strongest(c.not_prefixes, lambda q, p: p.startswith(q))
+    not_suffixes = _strongest(c.not_suffixes, lambda q, p: p.endswith(q))
+    not_contains = _strongest(c.not_contains, lambda q, p: q in p)
+    if any(p.startswith(n) for p in prefixes for n in not_prefixes):
+        return None
+    if any(s.endswith(n) for s in suffixes for n in not_suffixes):
+        return None
+    if any(n in p for p in prefixes + suffixes + contains for n in not_contains):
+        return None
+    out = Constraint(
+        c.type,
+        lo,
+        lo_open,
+        hi,
+        hi_open,
+        None,
+        frozenset(),
+        prefixes,
+        suffixes,
+        contains,
+        not_prefixes,
+        not_suffixes,
+        not_contains,
+    )
+    excluded = frozenset(e for e in c.excluded if out.allows(e))
+    return replace(out, excluded=excluded) if excluded else out
+
+
+def _number(value: Any, attr: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise FilterError(f"{attr}: expected a number, got {value!r}")
+    number = float(value)
+    if not math.isfinite(number):
+        raise FilterError(f"{attr}: {value!r} is not a finite number")
+    return number
+
+
+def _scalar(value: Any, attr: str) -> Any:
+    kind = type_of(value)
+    if kind == NUM:
+        return _number(value, attr)
+    if kind is None or isinstance(value, tuple):
+        raise FilterError(f"{attr}: unsupported value {value!r}")
+    return value
+
+
+_PATTERN_FIELDS = {
+    "prefix": "prefixes",
+    "suffix": "suffixes",
+    "contains": "contains",
+    "not_prefix": "not_prefixes",
+    "not_suffix": "not_suffixes",
+    "not_contains": "not_contains",
+}
+
+
+def constraint_of(atom: Atom) -> Constraint | None:
+    """One atom as a normalized constraint (None: it allows nothing)."""
+    op, attr, value = atom.op, atom.attr, atom.value
+    if op == "exists":
+        return Constraint(None)
+    if op == "in":
+        values = [_scalar(v, attr) for v in value]
+        kinds = {type_of(v) for v in values}
+        if len(kinds) > 1:
+            raise FilterError(f"{attr}: an IN list must not mix types, got {list(value)!r}")
+        return Constraint(kinds.pop(), allowed=frozenset(values)) if values else None
+    if op == "between":
+        lo, hi = (_scalar(v, attr) for v in value)
+        if type_of(lo) != type_of(hi) or type_of(lo) == BOOL:
+            raise FilterError(f"{attr}: BETWEEN needs two numbers or two strings")
+        if lo > hi:
+            raise FilterError(f"{attr}: BETWEEN {lo!r} AND {hi!r} is empty (lo > hi)")
+        return _normalized(Constraint(type_of(lo), lo=lo, hi=hi))
+    if op in ("prefix", "suffix", "contains", "not_prefix", "not_suffix", "not_contains"):
+        if not isinstance(value, str):
+            raise FilterError(f"{attr}: {op} needs a string, got {value!r}")
+        field = _PATTERN_FIELDS[op]
+        return _normalized(replace(Constraint(STR), **{field: (value,)}))
+    v = _scalar(value, attr)
+    kind = type_of(v)
+    if op == "=":
+        return Constraint(kind, allowed=frozenset([v]))
+    if op == "!=":
+        if kind == BOOL:
+            return Constraint(BOOL, allowed=frozenset([not v]))
+        return Constraint(kind, excluded=frozenset([v]))
+    if kind == BOOL:
+        raise FilterError(f"{attr}: booleans support only =, != and IN, not {op}")
+    if op in ("<", "<="):
+        return _normalized(Constraint(kind, hi=v, hi_open=op == "<"))
+    if op in (">", ">="):
+        return _normalized(Constraint(kind, lo=v, lo_open=op == ">"))
+    raise FilterError(f"{attr}: unknown operator {op!r}")
+
+
+class Conjunction:
+    """A filter: one normalized constraint per attribute, hashable by content.
+
+    Equal conjunctions are the same filter, so they share one forest node.
+    """
+
+    __slots__ = ("constraints", "_key", "_hash")
+
+    def __init__(self, constraints: dict[str, Constraint]):
+        self.constraints = dict(sorted(constraints.items()))
+        self._key = tuple(self.constraints.items())
+        self._hash = hash(self._key)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Conjunction) and self._key == other._key
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __repr__(self) -> str:
+        body = " AND ".join(f"{a} {c.describe()}" for a, c in self.constraints.items())
+        return f"Conjunction({body or 'TRUE'})"
+
+    def overlaps(self, profile: Profile) -> bool:
+        """Some point of the profile satisfies the filter (§2)."""
+        values = profile.attrs
+        return all(a in values and c.overlaps(values[a]) for a, c in self.constraints.items())
+
+    def covers(self, profile: Profile) -> bool:
+        """Every point of the profile satisfies the filter (§2)."""
+        values = profile.attrs
+        return all(a in values and c.covers(values[a]) for a, c in self.constraints.items())
+
+    def covers_filter(self, other: Conjunction) -> bool:
+        """Siena's covering: every attribute constrained here is constrained
+        by `other` to a subset of what is allowed here."""
+        theirs = other.constraints
+        return all(
+            a in theirs and c.covers_constraint(theirs[a]) for a, c in self.constraints.items()
+        )
+
+    def intersects(self, other: Conjunction) -> bool:
+        """Some profile point could satisfy both (the advertisement relation).
+
+        Exact for numbers, booleans and finite sets; for string patterns it
+        answers True unless the patterns visibly contradict.
+        """
+        theirs = other.constraints
+        return all(
+            c.intersect(theirs[a]) is not None for a, c in self.constraints.items() if a in theirs
+        )
+
+
+def conjunction_of(atoms: list[Atom]) -> Conjunction | None:
+    """The conjunction of some atoms; None when it can never hold."""
+    merged: dict[str, Constraint] = {}
+    for atom in atoms:
+        c = constraint_of(atom)
+        if c is None:
+            return None
+        if atom.attr in merged:
+            c = merged[atom.attr].intersect(c)
+            if c is None:
+                return None
+        merged[atom.attr] = c
+    return Conjunction(merged)
+
+
+def predicate_of(dnf: list[list[Atom]]) -> list[Conjunction]:
+    """A predicate: its satisfiable, distinct conjunctions in a stable order."""
+    out: dict[Conjunction, None] = {}
+    for atoms in dnf:
+        conj = conjunction_of(atoms)
+        if conj is not None:
+            out[conj] = None
+    return list(out)

@@ -1,0 +1,87 @@
+"""Profiles: subspaces of a content space (points and closed intervals)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from matcher.errors import RecordError
+
+MAX_PROFILE_ATTRIBUTES = 256
+
+
+def _number(name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise RecordError(f"attribute {name!r}: interval ends must be numbers, got {value!r}")
+    number = float(value)
+    if not math.isfinite(number):
+        raise RecordError(f"attribute {name!r}: {value!r} is not a finite number")
+    return number
+
+
+def normalize_value(name: str, value: Any) -> Any:
+    """A profile value as stored: numbers become closed intervals `(lo, hi)`."""
+    if isinstance(value, bool | str):
+        return value
+    if isinstance(value, int | float):
+        n = _number(name, value)
+        return (n, n)
+    if isinstance(value, list | tuple) and len(value) == 2:
+        lo, hi = _number(name, value[0]), _number(name, value[1])
+        if lo > hi:
+            raise RecordError(f"attribute {name!r}: interval [{value[0]}, {value[1]}] has lo > hi")
+        return (lo, hi)
+    raise RecordError(
+        f"attribute {name!r}: expected a number, [lo, hi], a string or a boolean, got {value!r}"
+    )
+
+
+class Profile:
+    """The attribute values of a profile, hashable by content.
+
+    Equal profiles are the same box, so they share one profile-forest node.
+    """
+
+    __slots__ = ("attrs", "_key", "_hash")
+
+    def __init__(self, attrs: dict[str, Any]):
+        if len(attrs) > MAX_PROFILE_ATTRIBUTES:
+            raise RecordError(
+                f"profile has {len(attrs)} attributes; the limit is {MAX_PROFILE_ATTRIBUTES}"
+            )
+        self.attrs = {name: normalize_value(name, v) for name, v in sorted(attrs.items())}
+        self._key = tuple((name, type(v).__name__, v) for name, v in self.attrs.items())
+        self._hash = hash(self._key)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Profile) and self._key == other._key
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __repr__(self) -> str:
+        return f"Profile({self.attrs!r})"
+
+    def to_json(self) -> dict[str, Any]:
+        """The attributes as written in a record (points stay points)."""
+        return {
+            n: (list(v) if v[0] != v[1] else _plain(v[0])) if isinstance(v, tuple) else v
+            for n, v in self.attrs.items()
+        }
+
+    def covers(self, other: Profile) -> bool:
+        """Same attribute set, and this profile contains the other on each (§2)."""
+        if self.attrs.keys() != other.attrs.keys():
+            return False
+        for name, mine in self.attrs.items():
+            theirs = other.attrs[name]
+            if isinstance(mine, tuple) and isinstance(theirs, tuple):
+                if not (mine[0] <= theirs[0] and theirs[1] <= mine[1]):
+                    return False
+            elif type(mine) is not type(theirs) or mine != theirs:
+                return False
+        return True
+
+
+def _plain(x: float) -> int | float:
+    return int(x) if x.is_integer() and abs(x) < 2**53 else x
