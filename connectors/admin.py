@@ -1,0 +1,87 @@
+"""Create the topics `tsm` uses, explicitly and idempotently.
+
+Explicitly, because an auto-created topic gets one partition (no
+parallelism) and the default retention: noida-db deletes records whose
+CreateTime is older than 7 days within seconds, and replayed workloads carry
+old event times, so every topic gets `retention.ms=-1` (PLATFORM.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from connectors.config import SINK_COMMITS_TOPIC, Topics, confluent_config
+
+KEEP_FOREVER = {"retention.ms": "-1"}
+
+
+class BrokerUnreachable(ConnectionError):
+    """No broker answered at the bootstrap address."""
+
+
+def require_broker(
+    bootstrap: str, options: Mapping[str, str] | None = None, timeout: float = 5.0
+) -> None:
+    """Fail fast, with one clear message, if no broker answers a metadata request.
+
+    Without it a client retries quietly (a producer for 5 minutes) while
+    librdkafka logs every refused connection.
+    """
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient(confluent_config(bootstrap, options, required={"log_level": 0}))
+    try:
+        admin.list_topics(timeout=timeout)
+    except KafkaException as exc:
+        raise BrokerUnreachable(
+            f"no Kafka broker answers at {bootstrap} ({exc.args[0].str()}); "
+            "is it running? (tsm broker status)"
+        ) from None
+
+
+def create_topics(
+    bootstrap: str,
+    names: Mapping[str, int],
+    config: Mapping[str, str] | None = None,
+    options: Mapping[str, str] | None = None,
+    timeout: float = 15.0,
+) -> dict[str, bool]:
+    """Create each topic of `names` (name → partitions) with `config` (default: keep forever).
+
+    Returns name → True if created, False if it already existed (left as it is).
+    """
+    from confluent_kafka import KafkaError, KafkaException
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient(confluent_config(bootstrap, options))
+    topic_config = dict(KEEP_FOREVER if config is None else config)
+    new = [NewTopic(name, num_partitions=n, config=topic_config) for name, n in names.items()]
+    futures = admin.create_topics(new, operation_timeout=timeout, request_timeout=timeout)
+    created = {}
+    for name, future in futures.items():
+        try:
+            future.result()
+            created[name] = True
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                raise
+            created[name] = False
+    return created
+
+
+def create_tsm_topics(
+    bootstrap: str,
+    partitions: int = 4,
+    topics: Topics | None = None,
+    options: Mapping[str, str] | None = None,
+) -> dict[str, bool]:
+    """The four data topics with `partitions` each, plus the exactly-once sink's anchor topic.
+
+    `retention.ms=-1` everywhere; the anchor topic never holds records and
+    needs one partition.
+    """
+    topics = topics or Topics()
+    created = create_topics(bootstrap, dict.fromkeys(topics.all(), partitions), options=options)
+    created.update(create_topics(bootstrap, {SINK_COMMITS_TOPIC: 1}, options=options))
+    return created

@@ -1,0 +1,268 @@
+"""The embedded Kafka-protocol broker (noida-db) as a tracked child process.
+
+Apache Kafka cannot be downloaded here; noida-db speaks its wire protocol
+(PLATFORM.md). We run its binary in the foreground (`start --only kafka`) as
+our own child, so that we know its pid, its port and its log, and can stop it
+with SIGTERM, on which it saves its data. `tsm broker start` leaves it running
+in its own session and records it in `<data dir>/tsm-broker.json`; the
+`EmbeddedBroker` context manager owns it for the length of a `with` block.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass
+from importlib.resources import files
+from pathlib import Path
+
+from connectors.config import confluent_config
+
+DEFAULT_DATA_DIR = Path(".tsm/broker")
+PID_FILE = "tsm-broker.json"
+LOG_FILE = "broker.log"
+# The binary links against GLIBC_2.39 weakly and says so on every start.
+_HARMLESS = "GLIBC_2.39"
+
+
+class BrokerError(RuntimeError):
+    """The broker cannot be started, reached or stopped; the message says why."""
+
+
+@dataclass(frozen=True)
+class BrokerStatus:
+    running: bool
+    pid: int | None = None
+    port: int | None = None
+
+    @property
+    def bootstrap(self) -> str | None:
+        return f"localhost:{self.port}" if self.port is not None else None
+
+
+def noida_binary() -> Path:
+    """The native binary shipped in the noida-db wheel.
+
+    Not the `noida-db` console script: that Python wrapper runs the binary
+    as a grandchild and does not forward SIGTERM, so stopping it would kill
+    the wrapper and orphan the server.
+    """
+    try:
+        path = Path(str(files("noida_db").joinpath("noida-db")))
+    except ModuleNotFoundError:
+        raise BrokerError("noida-db is not installed (pip install noida-db)") from None
+    if not path.is_file():
+        raise BrokerError(f"noida-db binary not found at {path}")
+    if not os.access(path, os.X_OK):
+        path.chmod(0o755)
+    return path
+
+
+def free_port() -> int:
+    """A TCP port that nothing listens on right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def port_in_use(port: int) -> bool:
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return True
+    return False
+
+
+def wait_ready(
+    bootstrap: str, timeout: float = 15.0, process: subprocess.Popen | None = None
+) -> None:
+    """Block until the broker answers a metadata request, or raise `BrokerError`.
+
+    A real request, not a port probe: the port opens before the broker serves.
+    If `process` exits meanwhile, fail at once with what it printed.
+    """
+    from confluent_kafka.admin import AdminClient
+
+    # Quiet: while the port is closed librdkafka would log every refused connect.
+    admin = AdminClient(confluent_config(bootstrap, required={"log_level": 0}))
+    deadline = time.monotonic() + timeout
+    last_error: Exception | None = None
+    while time.monotonic() < deadline:
+        if process is not None and process.poll() is not None:
+            raise BrokerError(f"the broker exited with status {process.returncode}")
+        try:
+            admin.list_topics(timeout=min(1.0, max(0.1, deadline - time.monotonic())))
+            return
+        except Exception as exc:  # KafkaException; anything else is retried alike
+            last_error = exc
+            time.sleep(0.05)
+    raise BrokerError(f"no answer from {bootstrap} within {timeout:g}s ({last_error})")
+
+
+def _log_tail(log_path: Path, limit: int = 10) -> str:
+    try:
+        lines = log_path.read_text(errors="replace").splitlines()
+    except OSError:
+        return ""
+    return "\n".join(line for line in lines[-limit:] if _HARMLESS not in line)
+
+
+def _is_noida(pid: int) -> bool:
+    """Whether `pid` is a live noida-db process (not a zombie, not a reused pid)."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return b"noida-db" in cmdline and state != "Z"
+
+
+def spawn(port: int, data_dir: Path, *, detach: bool) -> subprocess.Popen:
+    """Start noida-db on `port` in the background, logging to `<data_dir>/broker.log`.
+
+    `detach` puts it in its own session, so that it survives the terminal
+    and a Ctrl-C meant for the command that started it.
+
+    Raises `BrokerError` if the port is taken, before the broker can find a
+    foreign broker there and look "ready".
+    """
+    if port_in_use(port):
+        raise BrokerError(f"port {port} is already in use; pick another with --port")
+    data_dir.mkdir(parents=True, exist_ok=True)
+    command = [str(noida_binary()), "start", "--only", "kafka", "--kafka-port", str(port)]
+    command += ["--data-dir", str(data_dir)]
+    with open(data_dir / LOG_FILE, "wb") as log:  # this run's log only
+        try:
+            return subprocess.Popen(
+                command,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=detach,
+            )
+        except OSError as exc:
+            raise BrokerError(f"cannot run {command[0]}: {exc}") from exc
+
+
+def start_broker(
+    port: int = 9092, data_dir: Path = DEFAULT_DATA_DIR, timeout: float = 15.0
+) -> BrokerStatus:
+    """Start a detached broker for `data_dir` and wait until it serves.
+
+    Idempotent for the same port: if one is already running for `data_dir`,
+    return it. The process outlives this one; `stop_broker` ends it.
+    """
+    data_dir = Path(data_dir).resolve()
+    current = broker_status(data_dir)
+    if current.running:
+        if current.port != port:
+            raise BrokerError(f"a broker is already running for {data_dir} on port {current.port}")
+        return current
+    process = spawn(port, data_dir, detach=True)
+    try:
+        wait_ready(f"localhost:{port}", timeout, process)
+    except BrokerError as exc:
+        if process.poll() is None:
+            process.terminate()
+            process.wait(timeout)
+        raise BrokerError(f"{exc}\n{_log_tail(data_dir / LOG_FILE)}".rstrip()) from None
+    status = BrokerStatus(True, process.pid, port)
+    (data_dir / PID_FILE).write_text(json.dumps({"pid": status.pid, "port": port}) + "\n")
+    return status
+
+
+def broker_status(data_dir: Path = DEFAULT_DATA_DIR) -> BrokerStatus:
+    """What the pid file says, checked against the process table."""
+    try:
+        record = json.loads((Path(data_dir) / PID_FILE).read_text())
+        pid, port = int(record["pid"]), int(record["port"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return BrokerStatus(False)
+    if not _is_noida(pid):
+        return BrokerStatus(False, port=port)
+    return BrokerStatus(True, pid, port)
+
+
+def stop_broker(data_dir: Path = DEFAULT_DATA_DIR, timeout: float = 15.0) -> bool:
+    """SIGTERM the broker of `data_dir` (it saves its data) and wait for it to exit.
+
+    Returns False if none was running. Escalates to SIGKILL after `timeout`,
+    which loses about the last second of writes (PLATFORM.md).
+    """
+    data_dir = Path(data_dir)
+    status = broker_status(data_dir)
+    if status.running:
+        assert status.pid is not None
+        _terminate(status.pid, timeout)
+    (data_dir / PID_FILE).unlink(missing_ok=True)
+    return status.running
+
+
+def _terminate(pid: int, timeout: float) -> None:
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while _is_noida(pid):
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            raise BrokerError(f"broker (pid {pid}) ignored SIGTERM for {timeout:g}s; killed it")
+        time.sleep(0.05)
+
+
+class EmbeddedBroker:
+    """A private broker for tests, the demo and benchmarks: `with EmbeddedBroker() as b:`.
+
+    Starts on a free port (or `port`) with `data_dir` (default: a fresh
+    temporary directory, removed on exit) and stops on exit. `bootstrap` is
+    the address to give clients.
+    """
+
+    def __init__(self, data_dir: Path | None = None, port: int | None = None):
+        self._tmp = None
+        if data_dir is None:
+            import tempfile
+
+            self._tmp = tempfile.TemporaryDirectory(prefix="tsm-broker-")
+            data_dir = Path(self._tmp.name)
+        self.data_dir = Path(data_dir).resolve()
+        self.port = port or free_port()
+        self.process: subprocess.Popen | None = None
+
+    @property
+    def bootstrap(self) -> str:
+        return f"localhost:{self.port}"
+
+    def start(self, timeout: float = 15.0) -> EmbeddedBroker:
+        self.process = spawn(self.port, self.data_dir, detach=False)
+        try:
+            wait_ready(self.bootstrap, timeout, self.process)
+        except BrokerError as exc:
+            log = _log_tail(self.data_dir / LOG_FILE)
+            self.stop()
+            raise BrokerError(f"{exc}\n{log}".rstrip()) from None
+        return self
+
+    def stop(self, timeout: float = 15.0) -> None:
+        """SIGTERM and reap the process; remove the temporary data dir if we made it."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self.process = None
+        if self._tmp is not None:
+            self._tmp.cleanup()
+            self._tmp = None
+
+    def __enter__(self) -> EmbeddedBroker:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()

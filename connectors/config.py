@@ -1,0 +1,111 @@
+"""Kafka client settings and topic names, in one place.
+
+Every client `tsm` creates (CLI tools, the Spark source and sink, tests) gets
+its configuration from here, so that the defaults the embedded broker needs
+(PLATFORM.md) are never forgotten and user options (SASL, SSL, ...) reach
+every client the same way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, fields
+
+# noida-db ignores fetch size limits and answers with whatever it has: a client
+# that caps the response size stalls on a backlog over ~100 MB (PLATFORM.md).
+MAX_RECEIVE_BYTES = 2147483647
+
+# User options are written as in Spark's Kafka connector: `kafka.<librdkafka key>`.
+OPTION_PREFIX = "kafka."
+
+# kafka-python spells a few security settings differently from librdkafka.
+_KAFKA_PYTHON_NAMES = {
+    "sasl.username": "sasl_plain_username",
+    "sasl.password": "sasl_plain_password",
+    "ssl.ca.location": "ssl_cafile",
+    "ssl.certificate.location": "ssl_certfile",
+    "ssl.key.location": "ssl_keyfile",
+    "ssl.key.password": "ssl_password",
+}
+
+
+@dataclass(frozen=True)
+class Topics:
+    """Topic names; `--config` may change them (CLI.md)."""
+
+    subscriptions: str = "tsm.subscriptions"
+    profiles: str = "tsm.profiles"
+    matches: str = "tsm.matches"
+    deadletter: str = "tsm.deadletter"
+
+    @classmethod
+    def from_mapping(cls, names: Mapping[str, str] | None) -> Topics:
+        """Defaults overridden by a mapping such as the `[topics]` table of `tsm.toml`."""
+        names = dict(names or {})
+        unknown = set(names) - {f.name for f in fields(cls)}
+        if unknown:
+            raise ValueError(f"unknown topic role(s): {', '.join(sorted(unknown))}")
+        return cls(**names)
+
+    def all(self) -> list[str]:
+        return [getattr(self, f.name) for f in fields(self)]
+
+
+# The exactly-once sink anchors its transactional progress markers (consumer
+# group offsets) on this topic; it never holds records (see kafka_sink.py).
+SINK_COMMITS_TOPIC = "tsm.sink-commits"
+
+
+def kafka_options(options: Mapping[str, str] | None) -> dict[str, str]:
+    """The `kafka.*` entries of `options` with the prefix removed; others are ignored."""
+    return {
+        key[len(OPTION_PREFIX) :]: str(value)
+        for key, value in (options or {}).items()
+        if key.startswith(OPTION_PREFIX) and len(key) > len(OPTION_PREFIX)
+    }
+
+
+def parse_cli_options(pairs: Iterable[str] | None) -> dict[str, str]:
+    """`KEY=VALUE` strings from repeated `--kafka` flags → `{"kafka.KEY": VALUE}`."""
+    options = {}
+    for pair in pairs or ():
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise ValueError(f"expected KEY=VALUE, got {pair!r}")
+        if not key.startswith(OPTION_PREFIX):
+            key = OPTION_PREFIX + key
+        options[key] = value
+    return options
+
+
+def confluent_config(
+    bootstrap: str,
+    options: Mapping[str, str] | None = None,
+    required: Mapping[str, object] | None = None,
+) -> dict[str, object]:
+    """Configuration for a confluent-kafka client.
+
+    Precedence, lowest first: the defaults the broker needs, the user's
+    `kafka.*` options, then `required`: settings the caller's correctness
+    depends on, such as `enable.idempotence` or `isolation.level`.
+    """
+    config: dict[str, object] = {
+        "bootstrap.servers": bootstrap,
+        "receive.message.max.bytes": MAX_RECEIVE_BYTES,
+    }
+    config.update(kafka_options(options))
+    config.update(required or {})
+    return config
+
+
+def kafka_python_config(
+    bootstrap: str, options: Mapping[str, str] | None = None
+) -> dict[str, object]:
+    """Keyword arguments for a kafka-python client, with the same defaults and options."""
+    config: dict[str, object] = {
+        "bootstrap_servers": bootstrap,
+        "receive_message_max_bytes": MAX_RECEIVE_BYTES,
+    }
+    for key, value in kafka_options(options).items():
+        config[_KAFKA_PYTHON_NAMES.get(key, key.replace(".", "_"))] = value
+    return config

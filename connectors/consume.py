@@ -1,0 +1,91 @@
+"""Read a topic's record values until a count or a quiet period, for people and scripts.
+
+The consumer is closed in `finally`: noida-db never evicts a consumer that
+vanished without leaving its group, and an idle open consumer makes it spin
+(PLATFORM.md). Each run uses a fresh group unless one is given, so that runs
+do not steal partitions from each other.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+import uuid
+from collections.abc import Iterator, Mapping
+
+from connectors.config import confluent_config
+
+
+def consume_values(
+    bootstrap: str,
+    topic: str,
+    *,
+    from_beginning: bool = False,
+    max_records: int | None = None,
+    timeout: float = 10.0,
+    read_committed: bool = False,
+    group: str | None = None,
+    options: Mapping[str, str] | None = None,
+) -> Iterator[bytes]:
+    """Yield record values of `topic` in arrival order, per partition in offset order.
+
+    Stops after `max_records` values, or when nothing new arrived for
+    `timeout` seconds. `from_beginning` applies where the group has no
+    committed offset (always, for the default fresh group). With
+    `read_committed`, records of open or aborted transactions are not shown.
+    """
+    from confluent_kafka import Consumer, KafkaError, KafkaException
+
+    consumer = Consumer(
+        confluent_config(
+            bootstrap,
+            options,
+            required={
+                "group.id": group or f"tsm-consume-{uuid.uuid4().hex[:12]}",
+                "auto.offset.reset": "earliest" if from_beginning else "latest",
+                # A fresh group's progress is worth nothing; a named one resumes.
+                "enable.auto.commit": group is not None,
+                "isolation.level": "read_committed" if read_committed else "read_uncommitted",
+            },
+        )
+    )
+    try:
+        consumer.subscribe([topic])
+        count = 0
+        quiet_until = time.monotonic() + timeout
+        while max_records is None or count < max_records:
+            wait = quiet_until - time.monotonic()
+            if wait <= 0:
+                return
+            want = 500 if max_records is None else min(500, max_records - count)
+            for message in consumer.consume(want, timeout=min(wait, 0.5)):
+                error = message.error()
+                if error is not None:
+                    if error.code() == KafkaError._PARTITION_EOF:
+                        continue
+                    raise KafkaException(error)
+                count += 1
+                quiet_until = time.monotonic() + timeout
+                yield message.value() or b""
+    finally:
+        consumer.close()
+
+
+def as_json_line(value: bytes) -> tuple[bytes, bool]:
+    """`value` as one line of JSON, and whether it was JSON already.
+
+    JSON is printed as it is (re-encoded only if it spans lines); anything
+    else becomes a JSON string: its text, or its base64 if it is not UTF-8.
+    """
+    try:
+        parsed = json.loads(value)
+    except ValueError:
+        try:
+            text = value.decode()
+        except UnicodeDecodeError:
+            text = base64.b64encode(value).decode()
+        return json.dumps(text).encode(), False
+    if b"\n" in value:
+        return json.dumps(parsed, separators=(",", ":"), ensure_ascii=False).encode(), True
+    return value.strip(), True
