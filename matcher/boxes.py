@@ -1,0 +1,102 @@
+"""The numeric vector form of filters and profiles.
+
+Every (attribute, type) of a space is one column. A filter is a box of
+closed bounds per column: an unconstrained column is [-inf, inf], a
+constrained one lies inside [-MAX, MAX]. A profile is a box too, with a
+missing column at [inf, -inf], so "the profile has the attribute" needs no
+separate mask: such a box meets no constrained bound but every unconstrained
+one. Strings are interned to integer codes (equality is a point), booleans are
+0 and 1. Whatever the box cannot say exactly (`!=`, multi-value `IN`, string
+patterns, `exists`) marks the filter `exact`: the box is then a necessary
+condition and the exact test runs on the few candidates the box lets through.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+
+from matcher.constraints import BOOL, NUM, STR, Conjunction, Constraint
+from matcher.profiles import Profile
+
+MAX = sys.float_info.max
+INF = np.inf
+
+
+class Dims:
+    """The columns of one space, growing as new attributes appear."""
+
+    __slots__ = ("columns", "codes")
+
+    def __init__(self) -> None:
+        self.columns: dict[tuple[str, str], int] = {}
+        self.codes: dict[str, int] = {}
+
+    def __len__(self) -> int:
+        return len(self.columns)
+
+    def column(self, attr: str, kind: str) -> int:
+        key = (attr, kind)
+        col = self.columns.get(key)
+        if col is None:
+            col = self.columns[key] = len(self.columns)
+        return col
+
+    def code(self, text: str) -> float:
+        code = self.codes.get(text)
+        if code is None:
+            code = self.codes[text] = len(self.codes)
+        return float(code)
+
+    def filter_box(self, conj: Conjunction) -> tuple[dict[int, tuple[float, float]], bool]:
+        """Bounds per constrained column, and whether the box is exact."""
+        bounds: dict[int, tuple[float, float]] = {}
+        exact = False
+        for attr, c in conj.constraints.items():
+            if c.type is None:
+                exact = True
+                continue
+            col = self.column(attr, c.type)
+            lo, hi, is_exact = self._bounds(c)
+            bounds[col] = (max(lo, -MAX), min(hi, MAX))
+            exact = exact or not is_exact
+        return bounds, exact
+
+    def _bounds(self, c: Constraint) -> tuple[float, float, bool]:
+        if c.allowed is not None:
+            if c.type == STR:
+                values = [self.code(v) for v in c.allowed]
+            else:
+                values = [float(v) for v in c.allowed]
+            lo, hi = min(values), max(values)
+            return lo, hi, len(values) == 1 or c.type == BOOL
+        if c.type == NUM:
+            lo = -MAX if c.lo is None else c.lo
+            hi = MAX if c.hi is None else c.hi
+            return lo, hi, not c.excluded
+        return -MAX, MAX, False  # string ranges and patterns: presence only
+
+    def profile_box(self, profile: Profile) -> dict[int, tuple[float, float]]:
+        bounds: dict[int, tuple[float, float]] = {}
+        for attr, v in profile.attrs.items():
+            if isinstance(v, tuple):
+                bounds[self.column(attr, NUM)] = v
+            elif isinstance(v, bool):
+                bounds[self.column(attr, BOOL)] = (float(v), float(v))
+            else:
+                code = self.code(v)
+                bounds[self.column(attr, STR)] = (code, code)
+        return bounds
+
+    def dense(self, bounds: dict[int, tuple[float, float]], fill: tuple[float, float]):
+        """One box as two dense rows over the current columns."""
+        lo = np.full(len(self.columns), fill[0])
+        hi = np.full(len(self.columns), fill[1])
+        for col, (a, b) in bounds.items():
+            lo[col], hi[col] = a, b
+        return lo, hi
+
+
+FILTER_FILL = (-INF, INF)
+PROFILE_FILL = (INF, -INF)

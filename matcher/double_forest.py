@@ -1,0 +1,196 @@
+"""The DoubleForest (SEMANTICS §7): subscriptions and profiles, both ordered
+by covering, queried in both directions.
+
+Items are kept in slots (small ints) so that every query answers with
+arrays of slots; the caller keeps its own objects per slot (`handle`).
+Lifetimes and validities are per entry, not per node: entries with different
+intervals share a node, so the interval test runs on the entries a node
+match yields, vectorized.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from matcher.blocks import _grow
+from matcher.boxes import FILTER_FILL, PROFILE_FILL, Dims
+from matcher.constraints import Conjunction
+from matcher.forest import Forest
+from matcher.profiles import Profile
+
+
+class _Slots:
+    """Slot allocation with reuse, plus the caller's handle per slot."""
+
+    def __init__(self) -> None:
+        self.handles: list[Any] = []
+        self.free: list[int] = []
+
+    def take(self, handle: Any) -> int:
+        if self.free:
+            slot = self.free.pop()
+            self.handles[slot] = handle
+        else:
+            slot = len(self.handles)
+            self.handles.append(handle)
+        return slot
+
+    def give_back(self, slot: int) -> None:
+        self.handles[slot] = None
+        self.free.append(slot)
+
+    def __len__(self) -> int:
+        return len(self.handles) - len(self.free)
+
+
+class DoubleForest:
+    def __init__(self) -> None:
+        self.dims = Dims()
+        self.sub_forest = Forest(self.dims, FILTER_FILL, Conjunction.covers_filter)
+        self.profile_forest = Forest(self.dims, PROFILE_FILL, Profile.covers)
+        self.subs = _Slots()
+        self.profiles = _Slots()
+        self.sub_entries: list[list[int]] = []  # slot -> its entry ids (one per disjunct)
+        self.entry_free: list[int] = []
+        self.e_sub = np.zeros(16, dtype=np.int64)
+        self.e_covers = np.zeros(16, dtype=bool)
+        self.e_from = np.zeros(16)
+        self.e_to = np.zeros(16)
+        self.n_entries = 0
+        self.p_from = np.zeros(16)
+        self.p_to = np.zeros(16)
+
+    # -- subscriptions ------------------------------------------------------
+
+    def add_subscription(
+        self,
+        handle: Any,
+        conjunctions: list[Conjunction],
+        covers: bool,
+        valid_from: float,
+        valid_to: float,
+    ) -> int:
+        slot = self.subs.take(handle)
+        while len(self.sub_entries) <= slot:
+            self.sub_entries.append([])
+        entries = []
+        for conj in conjunctions:
+            entry = self._new_entry(slot, covers, valid_from, valid_to)
+            bounds, exact = self.dims.filter_box(conj)
+            self.sub_forest.add(conj, bounds, exact, entry)
+            entries.append(entry)
+        self.sub_entries[slot] = entries
+        return slot
+
+    def _new_entry(self, slot: int, covers: bool, vf: float, vt: float) -> int:
+        if self.entry_free:
+            entry = self.entry_free.pop()
+        else:
+            entry = self.n_entries
+            self.n_entries += 1
+            n = entry + 1
+            self.e_sub, self.e_covers = _grow(self.e_sub, n, 0), _grow(self.e_covers, n, False)
+            self.e_from, self.e_to = _grow(self.e_from, n, 0.0), _grow(self.e_to, n, 0.0)
+        self.e_sub[entry], self.e_covers[entry] = slot, covers
+        self.e_from[entry], self.e_to[entry] = vf, vt
+        return entry
+
+    def remove_subscription(self, slot: int) -> None:
+        for entry in self.sub_entries[slot]:
+            self.sub_forest.discard(entry)
+            self.entry_free.append(entry)
+        self.sub_entries[slot] = []
+        self.subs.give_back(slot)
+
+    # -- profiles -----------------------------------------------------------
+
+    def add_profile(self, handle: Any, profile: Profile, valid_from: float, valid_to: float) -> int:
+        slot = self.profiles.take(handle)
+        n = slot + 1
+        self.p_from, self.p_to = _grow(self.p_from, n, 0.0), _grow(self.p_to, n, 0.0)
+        self.p_from[slot], self.p_to[slot] = valid_from, valid_to
+        self.profile_forest.add(profile, self.dims.profile_box(profile), False, slot)
+        return slot
+
+    def remove_profile(self, slot: int) -> None:
+        self.profile_forest.discard(slot)
+        self.profiles.give_back(slot)
+
+    # -- queries ------------------------------------------------------------
+
+    def match_profiles(
+        self, profiles: list[Profile], intervals: list[tuple[float, float]]
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Profiles (held or not) against the subscriptions: (query index, sub slot).
+
+        Pairs come out sorted by query, then slot.
+        """
+        if not profiles or not len(self.sub_forest):
+            empty = np.zeros(0, dtype=np.int64)
+            return empty, empty
+        boxes = [self.dims.profile_box(p) for p in profiles]
+        q_lo, q_hi = self._dense(boxes, PROFILE_FILL)
+        forest = self.sub_forest
+
+        def exact(q: int, node: int) -> tuple[bool, bool]:
+            conj = forest.keys[node]
+            return conj.overlaps(profiles[q]), conj.covers(profiles[q])
+
+        qi, nodes, cov = forest.descend(
+            q_lo, q_hi, np.zeros(len(profiles), dtype=bool), exact, queries_are_filters=False
+        )
+        which, entries = forest.entries.gather(nodes)
+        qi, cov = qi[which], cov[which]
+        span = np.asarray(intervals, dtype=float).reshape(-1, 2)
+        keep = (~self.e_covers[entries] | cov) & (self.e_from[entries] <= span[qi, 1])
+        keep &= span[qi, 0] <= self.e_to[entries]
+        return _unique_pairs(qi[keep], self.e_sub[entries[keep]])
+
+    def match_subscriptions(
+        self, queries: list[tuple[list[Conjunction], bool, float, float]]
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Subscriptions (held or not: conjunctions, covers?, from, to) against
+        the held profiles: (query index, profile slot), sorted."""
+        conjs = [c for conjunctions, *_ in queries for c in conjunctions]
+        if not conjs or not len(self.profile_forest):
+            empty = np.zeros(0, dtype=np.int64)
+            return empty, empty
+        owner = np.repeat(np.arange(len(queries)), [len(q[0]) for q in queries])
+        boxes = [self.dims.filter_box(c) for c in conjs]
+        q_lo, q_hi = self._dense([b for b, _ in boxes], FILTER_FILL)
+        q_exact = np.array([e for _, e in boxes], dtype=bool)
+        forest = self.profile_forest
+
+        def exact(q: int, node: int) -> tuple[bool, bool]:
+            profile = forest.keys[node]
+            return conjs[q].overlaps(profile), conjs[q].covers(profile)
+
+        di, nodes, cov = forest.descend(q_lo, q_hi, q_exact, exact, queries_are_filters=True)
+        which, slots = forest.entries.gather(nodes)
+        qi, cov = owner[di[which]], cov[which]
+        meta = np.array([(c, f, t) for _, c, f, t in queries], dtype=float).reshape(-1, 3)
+        keep = ((meta[qi, 0] == 0) | cov) & (meta[qi, 1] <= self.p_to[slots])
+        keep &= self.p_from[slots] <= meta[qi, 2]
+        return _unique_pairs(qi[keep], slots[keep])
+
+    def _dense(self, boxes: list[dict], fill: tuple[float, float]):
+        d = len(self.dims)
+        lo = np.full((len(boxes), d), fill[0])
+        hi = np.full((len(boxes), d), fill[1])
+        for i, bounds in enumerate(boxes):
+            for col, (a, b) in bounds.items():
+                lo[i, col], hi[i, col] = a, b
+        return lo, hi
+
+    def check_invariants(self) -> None:
+        self.sub_forest.check_invariants()
+        self.profile_forest.check_invariants()
+
+
+def _unique_pairs(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    if not len(a):
+        return a, b
+    pairs = np.unique(np.stack([a, b], axis=1), axis=0)
+    return pairs[:, 0], pairs[:, 1]
