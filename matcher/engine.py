@@ -1,0 +1,395 @@
+"""The engine: records in, match records out (SEMANTICS §3–§5).
+
+`SpaceMatcher` is one state key (a space, or a cell of a sharded space): the
+held subscriptions and profiles, their DoubleForest, and the collection
+synchronization of §4. Which pairs held before a change is not stored: it is
+asked of the forest with the old version, so state is just the held records.
+`Engine` holds every key, decodes, orders (§5), moves the watermark and sends
+bad and late records to the dead letters; the Spark job drives `SpaceMatcher`
+directly from its stateful operator, `tsm replay` drives `Engine`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import heapq
+import json
+import math
+import pickle
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from matcher.double_forest import DoubleForest
+from matcher.errors import RecordError
+from matcher.records import (
+    OPEN,
+    Publish,
+    Record,
+    Retract,
+    Source,
+    Subscribe,
+    Unsubscribe,
+    dead_letter,
+    decode,
+    order_key,
+    version_of,
+)
+from matcher.sharding import Sharding, ShardSpec, span_of
+
+MATCH_FIELDS = (
+    "event",
+    "reason",
+    "match_id",
+    "space",
+    "subscription_id",
+    "subscriber",
+    "profile_id",
+    "relation",
+    "valid_from",
+    "valid_to",
+    "ts",
+    "payload",
+)
+
+
+def encode(value: dict[str, Any]) -> bytes:
+    """The one serialization of output records: compact JSON, UTF-8."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def match_id(space: str, sid: str, sver: str, pid: str, pver: str, event: str) -> str:
+    """Deterministic digest so a consumer can drop duplicates after a restart (§6)."""
+    text = "\x1f".join((space, sid, sver, pid, pver, event))
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+@dataclass(slots=True)
+class Held:
+    """A held subscription or profile: its record, version and forest slot."""
+
+    record: Subscribe | Publish
+    version: str
+    slot: int | None  # None: held but not indexed in this cell
+    span: tuple[float, float] | None = None
+
+
+def _intersect(a: Held, b: Held) -> tuple[float, float]:
+    return max(a.record.valid_from, b.record.valid_from), min(a.record.valid_to, b.record.valid_to)
+
+
+def holds(sub: Subscribe, pub: Publish) -> bool:
+    """The pair relation of §2 and §3, tested directly (no forest)."""
+    if max(sub.valid_from, pub.valid_from) > min(sub.valid_to, pub.valid_to):
+        return False
+    if sub.relation == "covers":
+        return any(c.covers(pub.profile) for c in sub.predicate)
+    return any(c.overlaps(pub.profile) for c in sub.predicate)
+
+
+class SpaceMatcher:
+    """One state key's DoubleForest and the change events of its pairs."""
+
+    def __init__(
+        self, space: str, key: str | None = None, shard: tuple[ShardSpec, int] | None = None
+    ):
+        self.space = space
+        self.key = key or space
+        self.shard = shard
+        self.forest = DoubleForest()
+        self.subs: dict[str, Held] = {}
+        self.profiles: dict[str, Held] = {}
+        self._expiry: list[tuple[float, int, str, str]] = []
+        self._changes: list[tuple[str, str, Subscribe | Publish | None]] = []
+
+    # -- state --------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return len(self.subs) + len(self.profiles)
+
+    def drain_changes(self) -> list[tuple[str, str, Subscribe | Publish | None]]:
+        changes, self._changes = self._changes, []
+        return changes
+
+    def dump(self) -> bytes:
+        """A compact snapshot of everything held, forests included."""
+        return pickle.dumps(self, protocol=pickle.HIGHEST_PROTOCOL)
+
+    @staticmethod
+    def load(blob: bytes) -> SpaceMatcher:
+        return pickle.loads(blob)
+
+    def __getstate__(self):
+        state = {
+            k: getattr(self, k)
+            for k in ("space", "key", "shard", "forest", "subs", "profiles", "_expiry")
+        }
+        state["_changes"] = []
+        return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+
+    def next_expiry(self) -> float | None:
+        """The earliest valid_to held (for an event-time timer), or None."""
+        while self._expiry and not self._current(self._expiry[0]):
+            heapq.heappop(self._expiry)
+        return self._expiry[0][0] if self._expiry else None
+
+    def _current(self, item: tuple[float, int, str, str]) -> bool:
+        _, kind, ident, version = item
+        held = (self.subs if kind == 0 else self.profiles).get(ident)
+        return held is not None and held.version == version
+
+    # -- changes ------------------------------------------------------------
+
+    def apply(self, record: Record) -> list[dict[str, Any]]:
+        """Evict what expired before the record's ts, then apply it."""
+        out = self.expire(record.ts)
+        if isinstance(record, Subscribe):
+            out += self._subscribe(record)
+        elif isinstance(record, Publish):
+            out += self._publish(record)
+        elif isinstance(record, Unsubscribe):
+            held = self.subs.get(record.id)
+            if held is not None:
+                out += self._end_sub(held, "unsubscribe", record.ts)
+        elif isinstance(record, Retract):
+            held = self.profiles.get(record.id)
+            if held is not None:
+                out += self._end_profile(held, "retract", record.ts)
+        return out
+
+    def expire(self, until: float) -> list[dict[str, Any]]:
+        """Evict everything whose valid_to is before `until`; `unmatch`/`expired`."""
+        out: list[dict[str, Any]] = []
+        while self._expiry and self._expiry[0][0] < until:
+            item = heapq.heappop(self._expiry)
+            if not self._current(item):
+                continue
+            valid_to, kind, ident, _ = item
+            if kind == 0:
+                out += self._end_sub(self.subs[ident], "expired", int(valid_to))
+            else:
+                out += self._end_profile(self.profiles[ident], "expired", int(valid_to))
+        return out
+
+    def _hold(self, record: Subscribe | Publish) -> Held:
+        held = Held(record, version_of(record), None)
+        if self.shard is not None:
+            spec, cell = self.shard
+            held.span = span_of(spec.attribute, record)
+            if cell not in spec.cells_of(held.span):
+                return held
+        r = record
+        if isinstance(r, Subscribe):
+            covers = r.relation == "covers"
+            held.slot = self.forest.add_subscription(
+                r.id, r.predicate, covers, r.valid_from, r.valid_to
+            )
+        else:
+            held.slot = self.forest.add_profile(r.id, r.profile, r.valid_from, r.valid_to)
+        return held
+
+    def _store(self, table: dict[str, Held], kind: str, held: Held) -> None:
+        table[held.record.id] = held
+        self._changes.append((kind, held.record.id, held.record))
+        if held.record.valid_to != OPEN:
+            code = 0 if kind == "subscription" else 1
+            heapq.heappush(self._expiry, (held.record.valid_to, code, held.record.id, held.version))
+
+    def _drop(self, table: dict[str, Held], kind: str, held: Held) -> None:
+        del table[held.record.id]
+        self._changes.append((kind, held.record.id, None))
+        if held.slot is not None:
+            if kind == "subscription":
+                self.forest.remove_subscription(held.slot)
+            else:
+                self.forest.remove_profile(held.slot)
+
+    def _profiles_of(self, sub: Subscribe, held: Held | None) -> dict[str, Held]:
+        """Indexed profiles the subscription holds with (forest query)."""
+        if held is not None and held.slot is None:
+            return {}
+        query = (sub.predicate, sub.relation == "covers", sub.valid_from, sub.valid_to)
+        _, slots = self.forest.match_subscriptions([query])
+        handles = self.forest.profiles.handles
+        return {handles[s]: self.profiles[handles[s]] for s in slots.tolist()}
+
+    def _subs_of(self, pub: Publish, held: Held | None) -> dict[str, Held]:
+        if held is not None and held.slot is None:
+            return {}
+        _, slots = self.forest.match_profiles([pub.profile], [(pub.valid_from, pub.valid_to)])
+        handles = self.forest.subs.handles
+        return {handles[s]: self.subs[handles[s]] for s in slots.tolist()}
+
+    def _owns(self, sub: Held, prof: Held) -> bool:
+        if self.shard is None:
+            return True
+        spec, cell = self.shard
+        return spec.cell(max(sub.span[0], prof.span[0])) == cell
+
+    def _subscribe(self, rec: Subscribe) -> list[dict[str, Any]]:
+        old = self.subs.get(rec.id)
+        before = self._profiles_of(old.record, old) if old else {}
+        if old:
+            self._drop(self.subs, "subscription", old)
+        new = self._hold(rec)
+        self._store(self.subs, "subscription", new)
+        after = self._profiles_of(rec, new)
+        reason = "changed" if old else "new-subscription"
+        out = []
+        for pid in sorted(after.keys() | before.keys()):
+            if pid in after:
+                prof = after[pid]
+                if not self._owns(new, prof):
+                    continue
+                was = (
+                    pid in before
+                    if old and old.slot is not None
+                    else old is not None and holds(old.record, prof.record)
+                )
+                if not was:
+                    out.append(self._event("match", reason, new, prof, rec.ts))
+            else:
+                prof = before[pid]
+                if self._owns(old, prof) and not holds(rec, prof.record):
+                    out.append(self._event("unmatch", reason, old, prof, rec.ts))
+        return out
+
+    def _publish(self, rec: Publish) -> list[dict[str, Any]]:
+        old = self.profiles.get(rec.id)
+        before = self._subs_of(old.record, old) if old else {}
+        if old:
+            self._drop(self.profiles, "profile", old)
+        new = self._hold(rec)
+        self._store(self.profiles, "profile", new)
+        after = self._subs_of(rec, new)
+        out = []
+        for sid in sorted(after.keys() | before.keys()):
+            if sid in after:
+                sub = after[sid]
+                if not self._owns(sub, new):
+                    continue
+                if old is None:
+                    out.append(self._event("match", "new-profile", sub, new, rec.ts))
+                    continue
+                was = sid in before if old.slot is not None else holds(sub.record, old.record)
+                out.append(self._event("update" if was else "match", "changed", sub, new, rec.ts))
+            else:
+                sub = before[sid]
+                if self._owns(sub, old) and not holds(sub.record, rec):
+                    out.append(self._event("unmatch", "changed", sub, old, rec.ts))
+        return out
+
+    def _end_sub(self, held: Held, reason: str, ts: int) -> list[dict[str, Any]]:
+        pairs = self._profiles_of(held.record, held)
+        self._drop(self.subs, "subscription", held)
+        return [
+            self._event("unmatch", reason, held, prof, ts)
+            for pid, prof in sorted(pairs.items())
+            if self._owns(held, prof)
+        ]
+
+    def _end_profile(self, held: Held, reason: str, ts: int) -> list[dict[str, Any]]:
+        pairs = self._subs_of(held.record, held)
+        self._drop(self.profiles, "profile", held)
+        return [
+            self._event("unmatch", reason, sub, held, ts)
+            for sid, sub in sorted(pairs.items())
+            if self._owns(sub, held)
+        ]
+
+    def _event(self, event: str, reason: str, sub: Held, prof: Held, ts: int) -> dict[str, Any]:
+        s, p = sub.record, prof.record
+        valid_from, valid_to = _intersect(sub, prof)
+        return {
+            "event": event,
+            "reason": reason,
+            "match_id": match_id(self.space, s.id, sub.version, p.id, prof.version, event),
+            "space": self.space,
+            "subscription_id": s.id,
+            "subscriber": s.subscriber,
+            "profile_id": p.id,
+            "relation": s.relation,
+            "valid_from": valid_from,
+            "valid_to": None if valid_to == OPEN else int(valid_to),
+            "ts": ts,
+            "payload": p.payload,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Input:
+    """One raw topic record: which topic kind, its bytes, where it came from."""
+
+    kind: str  # "subscription" | "profile"
+    raw: bytes | str
+    source: Source
+    timestamp: int | None = None  # the Kafka record timestamp, used when `ts` is missing
+
+
+@dataclass(frozen=True, slots=True)
+class Output:
+    topic: str  # "matches" | "deadletter"
+    key: str | None
+    value: dict[str, Any]
+
+
+@dataclass
+class Engine:
+    """Every key's SpaceMatcher, fed batch by batch in the order of §5."""
+
+    lateness_ms: int = 0
+    sharding: Sharding = field(default_factory=Sharding)
+    matchers: dict[str, SpaceMatcher] = field(default_factory=dict)
+    max_ts: float = -math.inf
+
+    @property
+    def watermark(self) -> float:
+        return self.max_ts - self.lateness_ms
+
+    def matcher(self, key: str, space: str) -> SpaceMatcher:
+        m = self.matchers.get(key)
+        if m is None:
+            m = self.matchers[key] = SpaceMatcher(space, key, self.sharding.cell_of(key))
+        return m
+
+    def process_batch(self, items: Iterable[Input]) -> list[Output]:
+        out: list[Output] = []
+        per_key: dict[str, list[Record]] = {}
+        watermark = self.watermark
+        batch_max = self.max_ts
+        for item in items:
+            try:
+                record = decode(item.kind, item.raw, item.source, item.timestamp)
+            except RecordError as exc:
+                out.append(Output("deadletter", None, dead_letter(str(exc), item.raw, item.source)))
+                continue
+            if record.ts < watermark:
+                reason = (
+                    f"late: ts {record.ts} is below the watermark {int(watermark)} "
+                    f"(allowed lateness {self.lateness_ms} ms)"
+                )
+                out.append(Output("deadletter", None, dead_letter(reason, item.raw, item.source)))
+                continue
+            batch_max = max(batch_max, record.ts)
+            for key in self.sharding.keys_for(record):
+                per_key.setdefault(key, []).append(record)
+        for key in sorted(per_key):
+            records = sorted(per_key[key], key=order_key)
+            m = self.matcher(key, records[0].space)
+            for record in records:
+                out += [Output("matches", r["subscriber"], r) for r in m.apply(record)]
+        self.max_ts = batch_max
+        out += self.advance(self.watermark)
+        return out
+
+    def advance(self, watermark: float) -> list[Output]:
+        """Evict everywhere what expired before the watermark (idle spaces too)."""
+        out = []
+        for key in sorted(self.matchers):
+            out += [
+                Output("matches", r["subscriber"], r) for r in self.matchers[key].expire(watermark)
+            ]
+        return out

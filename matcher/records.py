@@ -1,0 +1,276 @@
+"""Decoding and validating topic records (SEMANTICS §6, schema version 1).
+
+Every problem becomes a `RecordError` whose message says what is wrong and
+how to fix it; the caller turns it into a dead letter and goes on.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import math
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from matcher.constraints import MAX_WHERE_BYTES, Conjunction, predicate_of
+from matcher.errors import FilterError, RecordError
+from matcher.filter_json import parse_filter
+from matcher.profiles import Profile
+from matcher.where import parse_where
+
+MAX_RECORD_BYTES = 1024 * 1024
+OPEN = math.inf  # a missing valid_to: open-ended
+
+
+@dataclass(frozen=True, slots=True)
+class Source:
+    """Where a record came from: a Kafka position or a file line."""
+
+    topic: str | None = None
+    partition: int | None = None
+    offset: int | None = None
+    file: str | None = None
+    line: int | None = None
+
+    @property
+    def position(self) -> tuple[int, int]:
+        if self.offset is not None:
+            return (self.partition or 0, self.offset)
+        return (0, self.line or 0)
+
+    def to_json(self) -> dict[str, Any]:
+        if self.file is not None:
+            return {"file": self.file, "line": self.line}
+        return {"topic": self.topic, "partition": self.partition, "offset": self.offset}
+
+
+@dataclass(slots=True)
+class Subscribe:
+    space: str
+    id: str
+    ts: int
+    subscriber: str
+    relation: str
+    valid_from: int
+    valid_to: float
+    where: str | None
+    filter: Any
+    predicate: list[Conjunction]
+    source: Source = field(default_factory=Source)
+    kind = "subscription"
+    op = "subscribe"
+
+
+@dataclass(slots=True)
+class Unsubscribe:
+    space: str
+    id: str
+    ts: int
+    source: Source = field(default_factory=Source)
+    kind = "subscription"
+    op = "unsubscribe"
+
+
+@dataclass(slots=True)
+class Publish:
+    space: str
+    id: str
+    ts: int
+    profile: Profile
+    valid_from: int
+    valid_to: float
+    payload: Any
+    source: Source = field(default_factory=Source)
+    kind = "profile"
+    op = "publish"
+
+
+@dataclass(slots=True)
+class Retract:
+    space: str
+    id: str
+    ts: int
+    source: Source = field(default_factory=Source)
+    kind = "profile"
+    op = "retract"
+
+
+Record = Subscribe | Unsubscribe | Publish | Retract
+_OPS = {"subscription": ("subscribe", "unsubscribe"), "profile": ("publish", "retract")}
+
+
+def order_key(record: Record) -> tuple:
+    """SEMANTICS §5: (ts, subscriptions before profiles, input position)."""
+    return (record.ts, 0 if record.kind == "subscription" else 1, record.source.position)
+
+
+def _reject_constant(name: str) -> Any:
+    raise RecordError(f"{name} is not allowed in a record: numbers must be finite")
+
+
+def _time(obj: dict, name: str, default: int | None) -> int | None:
+    value = obj.get(name)
+    if value is None:
+        return default
+    if isinstance(value, bool):
+        raise RecordError(f"'{name}' must be epoch milliseconds or an ISO-8601 time, got {value!r}")
+    if isinstance(value, int | float):
+        if not math.isfinite(value):
+            raise RecordError(f"'{name}' must be a finite number")
+        return int(value)
+    if isinstance(value, str):
+        try:
+            moment = datetime.fromisoformat(value)
+        except ValueError:
+            raise RecordError(
+                f"'{name}' is not an ISO-8601 time: {value!r} "
+                "(use e.g. '2026-11-22T10:00:00Z' or epoch milliseconds)"
+            ) from None
+        if moment.tzinfo is None:
+            moment = moment.replace(tzinfo=UTC)
+        return int(moment.timestamp() * 1000)
+    raise RecordError(f"'{name}' must be epoch milliseconds or an ISO-8601 time, got {value!r}")
+
+
+def _text(obj: dict, name: str, required: bool = True) -> str | None:
+    value = obj.get(name)
+    if value is None:
+        if required:
+            raise RecordError(f"missing '{name}'")
+        return None
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    if not isinstance(value, str) or not value:
+        raise RecordError(f"'{name}' must be a non-empty string, got {value!r}")
+    return value
+
+
+def _parse_json(raw: bytes | str) -> dict:
+    if isinstance(raw, bytes):
+        if len(raw) > MAX_RECORD_BYTES:
+            raise RecordError(f"record is {len(raw)} bytes; the limit is {MAX_RECORD_BYTES}")
+        try:
+            raw = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise RecordError(f"record is not UTF-8 text (byte {exc.start})") from None
+    elif len(raw) > MAX_RECORD_BYTES:
+        raise RecordError(f"record is over the limit of {MAX_RECORD_BYTES} bytes")
+    try:
+        obj = json.loads(raw, parse_constant=_reject_constant)
+    except json.JSONDecodeError as exc:
+        raise RecordError(f"malformed JSON: {exc.msg} at column {exc.colno}") from None
+    if not isinstance(obj, dict):
+        raise RecordError(f"a record must be a JSON object, got {type(obj).__name__}")
+    version = obj.get("version", 1)
+    if version != 1:
+        raise RecordError(f"unsupported schema version {version!r}; this matcher reads version 1")
+    return obj
+
+
+def decode(
+    kind: str, raw: bytes | str, source: Source = Source(), fallback_ts: int | None = None
+) -> Record:
+    """One topic record, validated; raises RecordError with the reason."""
+    obj = _parse_json(raw)
+    op = obj.get("op")
+    if op not in _OPS[kind]:
+        expected = " or ".join(repr(o) for o in _OPS[kind])
+        raise RecordError(f"unknown op {op!r} on the {kind}s topic: expected {expected}")
+    ident = _text(obj, "id")
+    space = _text(obj, "space")
+    ts = _time(obj, "ts", fallback_ts)
+    if ts is None:
+        raise RecordError("missing 'ts' (and the record has no Kafka timestamp to use)")
+    if op == "unsubscribe":
+        return Unsubscribe(space, ident, ts, source)
+    if op == "retract":
+        return Retract(space, ident, ts, source)
+    valid_from = _time(obj, "valid_from", ts)
+    # An explicit null is open-ended; an absent valid_to is open-ended for a
+    # subscription and the single instant valid_from for a profile (§3).
+    if "valid_to" in obj:
+        valid_to = _time(obj, "valid_to", None)
+    else:
+        valid_to = None if op == "subscribe" else valid_from
+    valid_to = OPEN if valid_to is None else valid_to
+    if valid_from > valid_to:
+        raise RecordError(f"valid_from {valid_from} is after valid_to {valid_to}")
+    if op == "publish":
+        attrs = obj.get("attrs", {})
+        if not isinstance(attrs, dict):
+            raise RecordError(f"'attrs' must be an object of attribute values, got {attrs!r}")
+        return Publish(
+            space, ident, ts, Profile(attrs), valid_from, valid_to, obj.get("payload"), source
+        )
+    return _subscribe(obj, space, ident, ts, valid_from, valid_to, source)
+
+
+def _subscribe(obj, space, ident, ts, valid_from, valid_to, source) -> Subscribe:
+    subscriber = _text(obj, "subscriber")
+    relation = obj.get("relation") or "overlaps"
+    if relation not in ("overlaps", "covers"):
+        raise RecordError(f"'relation' must be 'overlaps' or 'covers', got {relation!r}")
+    where, flt = obj.get("where"), obj.get("filter")
+    if (where is None) == (flt is None):
+        raise RecordError("a subscription needs exactly one of 'where' and 'filter'")
+    try:
+        if where is not None:
+            if not isinstance(where, str):
+                raise RecordError(f"'where' must be a string, got {where!r}")
+            if len(where.encode()) > MAX_WHERE_BYTES:
+                raise FilterError(f"'where' is longer than the limit of {MAX_WHERE_BYTES} bytes")
+            dnf = parse_where(where)
+        else:
+            dnf = parse_filter(flt)
+        predicate = predicate_of(dnf)
+    except FilterError as exc:
+        raise RecordError(f"bad {'where' if where is not None else 'filter'}: {exc}") from None
+    return Subscribe(
+        space, ident, ts, subscriber, relation, valid_from, valid_to, where, flt, predicate, source
+    )
+
+
+def to_state(record: Subscribe | Publish) -> str:
+    """The canonical compact JSON of a held record (what a state store keeps)."""
+    base: dict[str, Any] = {"op": record.op, "id": record.id, "space": record.space}
+    if isinstance(record, Subscribe):
+        base["subscriber"] = record.subscriber
+        if record.where is not None:
+            base["where"] = record.where
+        else:
+            base["filter"] = record.filter
+        base["relation"] = record.relation
+    else:
+        base["attrs"] = record.profile.to_json()
+    base["valid_from"] = record.valid_from
+    base["valid_to"] = None if record.valid_to == OPEN else record.valid_to
+    base["ts"] = record.ts
+    if isinstance(record, Publish):
+        base["payload"] = record.payload
+    return json.dumps(base, separators=(",", ":"), ensure_ascii=False)
+
+
+def from_state(text: str) -> Subscribe | Publish:
+    """Back from `to_state` (never fails on what `to_state` wrote)."""
+    obj = json.loads(text)
+    kind = "subscription" if obj["op"] == "subscribe" else "profile"
+    return decode(kind, text)
+
+
+def version_of(record: Subscribe | Publish) -> str:
+    """A short digest of the record's content: its version in `match_id`s."""
+    return hashlib.sha1(to_state(record).encode()).hexdigest()[:16]
+
+
+def dead_letter(reason: str, raw: bytes | str, source: Source) -> dict[str, Any]:
+    """The dead-letter record: the reason, the original value and where it was."""
+    if isinstance(raw, bytes):
+        try:
+            text, encoding = raw.decode("utf-8"), "utf-8"
+        except UnicodeDecodeError:
+            text, encoding = base64.b64encode(raw).decode("ascii"), "base64"
+    else:
+        text, encoding = raw, "utf-8"
+    return {"reason": reason, "raw": text, "raw_encoding": encoding, "source": source.to_json()}
