@@ -1,0 +1,39 @@
+# The two commands of the README: `make demo` and `make test`.
+# Both create the virtual environment and install the pinned dependencies
+# first, so they work on a fresh machine with nothing but Python 3.11.
+
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: install demo test test-unit test-integration lint bench clean
+
+install: $(STAMP)
+
+$(STAMP): requirements.lock pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -r requirements.lock
+	$(BIN)/pip install --quiet --no-deps -e .
+	touch $(STAMP)
+
+demo: install
+	$(BIN)/tsm replay --subscriptions examples/subscriptions.jsonl --profiles examples/profiles.jsonl
+
+test: install
+	$(BIN)/ruff check .
+	$(BIN)/pytest -q
+
+test-unit: install
+	$(BIN)/pytest -q -m "not integration"
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+bench: install
+	$(BIN)/tsm bench matcher
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis
