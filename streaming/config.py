@@ -1,0 +1,112 @@
+"""Settings of the streaming job: `tsm.toml`, then command-line flags on top.
+
+One flat table of job settings plus `[topics]` (topic names, CLI.md
+defaults), `[sharding.<space>]` (SEMANTICS §8 grid of a hot space) and
+`[kafka]` (client options passed to every Kafka client as `kafka.<key>`):
+
+    bootstrap = "localhost:9092"        # no default: --bootstrap or here
+    checkpoint = "checkpoints/tsm"      # the query's checkpoint directory
+    lateness_ms = 0                     # watermark = max ts seen - lateness
+    trigger_interval = "0 seconds"      # Spark interval string; 0 = back to back
+    max_records_per_trigger = 100000    # admission control per micro-batch
+    exactly_once = false                # transactional sink (read_committed readers)
+    source = "python"                   # "python" (Data Source API) or "native"
+    shuffle_partitions = 2              # state store partitions; fixed by the checkpoint
+    snapshot_every = 2000               # state change-log entries before a new snapshot
+    query_name = "tsm"
+
+    [topics]
+    subscriptions = "tsm.subscriptions"
+
+    [sharding.vehicles]
+    attr = "lat"
+    ...                                 # the fields of matcher.sharding.ShardSpec
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+from connectors.config import Topics
+
+SOURCES = ("python", "native")
+
+
+class ConfigError(ValueError):
+    """A `tsm.toml` that cannot be used; the message names the file and the setting."""
+
+
+@dataclass(frozen=True)
+class JobConfig:
+    bootstrap: str | None = None
+    checkpoint: str = "checkpoints/tsm"
+    lateness_ms: int = 0
+    trigger_interval: str = "0 seconds"
+    max_records_per_trigger: int = 100_000
+    exactly_once: bool = False
+    source: str = "python"
+    shuffle_partitions: int = 2
+    snapshot_every: int = 2000
+    query_name: str = "tsm"
+    topics: Topics = field(default_factory=Topics)
+    sharding: dict[str, dict[str, Any]] = field(default_factory=dict)
+    kafka: dict[str, str] = field(default_factory=dict)
+
+    def with_overrides(self, **values: Any) -> JobConfig:
+        """A copy with every non-None value of `values` set (command-line flags win)."""
+        return self.validated(replace(self, **{k: v for k, v in values.items() if v is not None}))
+
+    @property
+    def kafka_options(self) -> dict[str, str]:
+        """The `[kafka]` table in the `kafka.<key>` form the connectors take."""
+        return {f"kafka.{key}": str(value) for key, value in self.kafka.items()}
+
+    @staticmethod
+    def validated(config: JobConfig, where: str = "settings") -> JobConfig:
+        if config.source not in SOURCES:
+            raise ConfigError(f"{where}: source must be one of {', '.join(SOURCES)}")
+        for name in ("max_records_per_trigger", "shuffle_partitions", "snapshot_every"):
+            if getattr(config, name) <= 0:
+                raise ConfigError(f"{where}: {name} must be positive")
+        if config.lateness_ms < 0:
+            raise ConfigError(f"{where}: lateness_ms must not be negative")
+        return config
+
+
+_TABLES = ("topics", "sharding", "kafka")
+
+
+def load_config(path: str | Path | None) -> JobConfig:
+    """Read `path` (or return the defaults when None); unknown keys are errors, not ignored."""
+    if path is None:
+        return JobConfig()
+    path = Path(path)
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc.strerror}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
+    known = {f.name for f in fields(JobConfig)}
+    unknown = set(data) - known
+    if unknown:
+        raise ConfigError(f"{path}: unknown setting(s): {', '.join(sorted(unknown))}")
+    values: dict[str, Any] = {}
+    for name, value in data.items():
+        if name in _TABLES:
+            if not isinstance(value, dict):
+                raise ConfigError(f"{path}: [{name}] must be a table")
+        elif isinstance(value, dict):
+            raise ConfigError(f"{path}: {name} must be a value, not a table")
+        values[name] = value
+    try:
+        values["topics"] = Topics.from_mapping(values.get("topics"))
+    except (ValueError, TypeError) as exc:
+        raise ConfigError(f"{path}: [topics]: {exc}") from None
+    for space, spec in values.get("sharding", {}).items():
+        if not isinstance(spec, dict):
+            raise ConfigError(f"{path}: [sharding.{space}] must be a table")
+    return JobConfig.validated(JobConfig(**values), str(path))

@@ -1,0 +1,110 @@
+"""The stateless stage before the state: decode, validate, key, and stamp event time.
+
+Runs in `mapInArrow` on the Kafka rows, so that a bad record costs one row,
+never a failed task. A good record becomes one row per state key (one per
+shard cell it touches, SEMANTICS §8) carrying its event time `ts`, the §5
+order fields and the raw value, which the processor decodes again: the raw
+value, not a parsed form, is what a late record's dead letter must carry.
+A bad record becomes one row under `DEAD_LETTER_KEY` whose value is already
+the encoded dead letter; it passes the stateful stage untouched, so that the
+source is read once and every output leaves through the one sink.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import pyarrow as pa
+
+from connectors.config import Topics
+from matcher.engine import encode
+from matcher.errors import RecordError
+from matcher.records import Source, dead_letter, decode
+from matcher.sharding import Sharding, ShardSpec
+
+# No space is named with a NUL; this key groups the bad records of a batch.
+DEAD_LETTER_KEY = "\x00deadletter"
+# Order of kinds within one ts (SEMANTICS §5); dead letters have no order.
+KIND_ORDER = {"subscription": 0, "profile": 1}
+DEAD = 2
+
+# The Kafka columns the stage reads.
+INPUT_COLUMNS = ("topic", "partition", "offset", "timestamp", "value")
+
+DECODED_SCHEMA = pa.schema(
+    [
+        ("skey", pa.string()),  # state key: space or space#cell
+        ("space", pa.string()),
+        ("ets", pa.timestamp("us", tz="UTC")),  # event time, for the watermark only
+        ("ts", pa.int64()),  # event time, epoch ms
+        ("kord", pa.int32()),  # 0 subscription, 1 profile, 2 dead letter
+        ("topic", pa.string()),
+        ("part", pa.int32()),
+        ("off", pa.int64()),
+        ("ktime", pa.int64()),  # Kafka timestamp, epoch ms: the fallback ts
+        ("value", pa.binary()),  # raw record; for a dead letter, the encoded dead letter
+    ]
+)
+DECODED_DDL = (
+    "skey string, space string, ets timestamp, ts long, kord int, topic string, "
+    "part int, off long, ktime long, value binary"
+)
+
+
+def build_sharding(tables: Mapping[str, Mapping[str, Any]]) -> Sharding:
+    """`[sharding.<space>]` tables → `Sharding`: `attribute` with `cuts = [...]`,
+    or `attribute`, `width`, `cells` (and `origin`) for an even grid."""
+    specs = {}
+    for space, table in tables.items():
+        table = dict(table)
+        try:
+            if "cuts" in table:
+                specs[space] = ShardSpec(table.pop("attribute"), tuple(table.pop("cuts")))
+                if table:
+                    raise TypeError(f"unexpected {', '.join(table)}")
+            else:
+                specs[space] = ShardSpec.grid(**table)
+        except (KeyError, TypeError) as exc:
+            raise ValueError(
+                f"[sharding.{space}] needs attribute and cuts, or attribute, width and cells "
+                f"(and origin): {exc}"
+            ) from None
+    return Sharding(specs)
+
+
+class DecodeStage:
+    """The `mapInArrow` function; picklable, holds the topic roles and the sharding."""
+
+    def __init__(self, topics: Topics, sharding: Sharding) -> None:
+        self.kinds = {topics.subscriptions: "subscription", topics.profiles: "profile"}
+        self.sharding = sharding
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            yield pa.RecordBatch.from_pylist(self.rows(batch), schema=DECODED_SCHEMA)
+
+    def rows(self, batch: pa.RecordBatch) -> list[dict[str, Any]]:
+        columns = batch.to_pydict()
+        out = []
+        for topic, part, off, stamp, value in zip(
+            *(columns[c] for c in INPUT_COLUMNS), strict=True
+        ):
+            ktime = None if stamp is None else int(stamp.timestamp() * 1000)
+            source = Source(topic=topic, partition=part, offset=off)
+            base = {"topic": topic, "part": part, "off": off, "ktime": ktime}
+            try:
+                record = decode(self.kinds[topic], value or b"", source, fallback_ts=ktime)
+            except RecordError as exc:
+                letter = encode(dead_letter(str(exc), value or b"", source))
+                out.append(base | {"skey": DEAD_LETTER_KEY, "kord": DEAD, "value": letter})
+                continue
+            row = base | {
+                "space": record.space,
+                "ets": record.ts * 1000,
+                "ts": record.ts,
+                "kord": KIND_ORDER[record.kind],
+                "value": value,
+            }
+            out.extend(row | {"skey": key} for key in self.sharding.keys_for(record))
+        return out

@@ -1,0 +1,107 @@
+"""The streaming query: Kafka → decode → watermark → transformWithState → Kafka.
+
+    read both input topics (one source)
+      → DecodeStage (mapInArrow): a row per state key, or a dead-letter row
+      → withWatermark(ets, lateness), then ets dropped (see below)
+      → groupBy(state key).transformWithState(MatchProcessor), event time
+      → foreachBatch: the connectors' Kafka sink (topic, key, value)
+
+Spark drops rows below the watermark before a stateful operator without a
+trace; SEMANTICS §3 wants them in the dead letters. So the watermark is
+defined on `ets` and `ets` is dropped before the operator: the watermark
+still moves (and fires the event-time timers), no row is filtered, and the
+processor compares `ts` with the watermark of the batch itself.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.streaming import StreamingQuery
+
+from streaming.config import JobConfig
+
+ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+BatchWriter = Callable[[DataFrame, int], None]
+
+
+def session_settings(config: JobConfig) -> dict[str, str]:
+    """Spark settings the job needs; the shuffle partition count is the state's partitioning."""
+    return {
+        "spark.sql.streaming.stateStore.providerClass": ROCKSDB,
+        "spark.sql.shuffle.partitions": str(config.shuffle_partitions),
+        "spark.pyspark.python": sys.executable,
+        "spark.pyspark.driver.python": sys.executable,
+        "spark.sql.session.timeZone": "UTC",
+    }
+
+
+def create_session(config: JobConfig, app_name: str = "tsm") -> SparkSession:
+    builder = SparkSession.builder.appName(app_name)
+    for key, value in session_settings(config).items():
+        builder = builder.config(key, value)
+    return builder.getOrCreate()
+
+
+def matched_stream(spark: SparkSession, config: JobConfig, metrics: Any) -> DataFrame:
+    """The output rows `topic, key, value` of the job, before the sink."""
+    from connectors.kafka_source import read_stream
+    from streaming.decode_stage import DECODED_DDL, INPUT_COLUMNS, DecodeStage, build_sharding
+    from streaming.processor import OUTPUT_DDL, MatchProcessor
+
+    if config.bootstrap is None:
+        raise ValueError("no bootstrap address: give --bootstrap or set bootstrap in tsm.toml")
+    for key, value in session_settings(config).items():
+        if not key.startswith("spark.pyspark."):
+            spark.conf.set(key, value)
+    topics, sharding = config.topics, build_sharding(config.sharding)
+    raw = read_stream(
+        spark,
+        config.bootstrap,
+        [topics.subscriptions, topics.profiles],
+        starting_offsets="earliest",
+        max_records_per_trigger=config.max_records_per_trigger,
+        options=config.kafka_options,
+        source=config.source,
+    )
+    decoded = raw.select(*INPUT_COLUMNS).mapInArrow(DecodeStage(topics, sharding), DECODED_DDL)
+    keyed = decoded.withWatermark("ets", f"{config.lateness_ms} milliseconds").drop("ets")
+    processor = MatchProcessor(topics, sharding, config.lateness_ms, config.snapshot_every, metrics)
+    return keyed.groupBy("skey").transformWithState(
+        processor, OUTPUT_DDL, outputMode="Append", timeMode="EventTime"
+    )
+
+
+def kafka_writer(config: JobConfig) -> BatchWriter:
+    """The connectors' foreachBatch Kafka sink, idempotent or transactional."""
+    from connectors.kafka_sink import batch_writer
+
+    return batch_writer(
+        config.bootstrap, exactly_once=config.exactly_once, options=config.kafka_options
+    )
+
+
+def start(
+    spark: SparkSession,
+    config: JobConfig,
+    metrics: Any,
+    *,
+    available_now: bool = False,
+    writer: BatchWriter | None = None,
+) -> StreamingQuery:
+    """Start the named query; `writer` replaces the Kafka sink (tests, benchmarks)."""
+    stream = matched_stream(spark, config, metrics)
+    writer = writer or kafka_writer(config)
+    trigger = (
+        {"availableNow": True} if available_now else {"processingTime": config.trigger_interval}
+    )
+    return (
+        stream.writeStream.queryName(config.query_name)
+        .foreachBatch(writer)
+        .option("checkpointLocation", config.checkpoint)
+        .trigger(**trigger)
+        .start()
+    )
