@@ -47,6 +47,7 @@ class Contender:
         return self._subs.match(profile)
 
     def match_profiles(self, profiles: list[Profile]) -> list[set[int]]:
+        """A batch at once; a baseline simply loops (the DoubleForest does not)."""
         return [self._subs.match(p) for p in profiles]
 
     def insert_profile(self, key: int, profile: Profile) -> None:
@@ -58,6 +59,9 @@ class Contender:
     def match_subscription(self, conj: Conjunction) -> set[int]:
         """Keys of the profiles that `conj` overlaps."""
         return self._profiles.match(conj)
+
+    def match_subscriptions(self, conjs: list[Conjunction]) -> list[set[int]]:
+        return [self._profiles.match(c) for c in conjs]
 
 
 def _filter_hit(profile: Profile, conj: Conjunction) -> bool:

@@ -38,7 +38,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     bench.add_argument("target", choices=("matcher", "pipeline"))
     bench.add_argument("--quick", action="store_true", help="small sizes, < 2 minutes")
-    bench.add_argument("--json", type=Path, metavar="FILE", help="where to write the results")
+    bench.add_argument(
+        "--json",
+        type=Path,
+        metavar="FILE",
+        help="results file; plots and README.md go next to it (default docs/bench/matcher.json)",
+    )
+    bench.add_argument(
+        "--sizes", type=_sizes, metavar="N,N,…", help="live sizes instead of the plan's"
+    )
+    bench.add_argument(
+        "--workloads", type=_workloads, metavar="KIND,…", help="workloads instead of the plan's"
+    )
     bench.set_defaults(handler=_bench)
 
 
@@ -69,4 +80,24 @@ def _bench(args: argparse.Namespace) -> int:
         if exc.name != f"benchmarks.bench_{args.target}":
             raise CliError(f"missing dependency for the benchmark: {exc.name}") from exc
         raise CliError(f"`tsm bench {args.target}` is not available in this build") from exc
-    return module.main(quick=args.quick, json_path=args.json)
+    if args.target == "pipeline":
+        return module.main(quick=args.quick, json_path=args.json)
+    return module.main(args.quick, args.json, args.sizes, args.workloads)
+
+
+def _sizes(text: str) -> tuple[int, ...]:
+    try:
+        sizes = tuple(int(s) for s in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected sizes like 1000,10000, got {text!r}") from None
+    if any(n < 10 for n in sizes):
+        raise argparse.ArgumentTypeError("every size must be at least 10")
+    return tuple(sorted(set(sizes)))
+
+
+def _workloads(text: str) -> tuple[str, ...]:
+    kinds = tuple(text.split(","))
+    unknown = [k for k in kinds if k not in KINDS]
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown workload {unknown[0]!r}: choose from {KINDS}")
+    return kinds

@@ -1,0 +1,351 @@
+"""`tsm bench matcher`: the DoubleForest against the baselines, side by side.
+
+For each workload and live size every contender gets the same entries (one
+per conjunction of a subscription's predicate) and the same profiles, and is
+timed on: inserting them, matching query profiles against the subscriptions,
+matching query filters against the profiles, and deleting some. Every answer
+is checked against the brute-force scan (before and after the deletions), so
+a table with a wrong contender is never printed. A contender is skipped at a
+size where it would take longer than the budget, and the table says so.
+"""
+
+from __future__ import annotations
+
+import gc
+import math
+import platform
+import random
+import sys
+import time
+import tracemalloc
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from benchmarks.baselines import Contender
+from benchmarks.contenders import CONTENDERS
+from benchmarks.workloads import KINDS, build
+from matcher.boxes import Dims
+from matcher.constraints import Atom, Conjunction, predicate_of
+from matcher.profiles import Profile
+
+SEED = 0
+DEFAULT_JSON = Path("docs/bench/matcher.json")
+RECHECK = 20  # queries re-checked after the deletions
+MEMORY_BUILD_S = 20.0  # a traced rebuild for memory only where the timed one was quicker
+GROWTH = {"siena-poset": 2.0}  # how a contender's build time grows with size (default 1)
+
+
+@dataclass(frozen=True)
+class Plan:
+    workloads: tuple[str, ...]
+    sizes: tuple[int, ...]
+    queries: int  # query profiles and query filters per size
+    deletes: int  # at most this many deletions per side (and at most a tenth)
+    budget_s: float  # per contender and phase
+    memory_upto: int  # sizes up to this one also get a traced build for memory
+
+
+FULL = Plan(KINDS, (1_000, 10_000, 100_000, 1_000_000), 1000, 1000, 150.0, 100_000)
+QUICK = Plan(("uniform", "nested"), (1_000, 10_000), 100, 100, 12.0, 1_000)
+
+
+class Mismatch(AssertionError):
+    """Two contenders disagree: a bug in one of them, never a benchmark result."""
+
+
+class OverBudget(Exception):
+    pass
+
+
+@dataclass
+class Data:
+    """One workload at the largest size; each size is a prefix of it."""
+
+    kind: str
+    dims: Dims
+    entries: list[tuple[int, Conjunction]]  # key = subscription index * 8 + disjunct
+    profiles: list[Profile]
+    query_profiles: list[Profile]
+    query_filters: list[Conjunction]
+    entries_of: dict[int, int] = field(default_factory=dict)  # size -> number of entries
+
+
+def prepare(kind: str, plan: Plan) -> Data:
+    """Specs to the matcher's model, and every column registered up front."""
+    top, q = max(plan.sizes), plan.queries
+    w = build(kind, SEED, top + q, top + 2 * q)
+    subs = [s for s in w.subscriptions if s.dnf is not None]
+    publishes = [p for p in w.profiles if p.attrs is not None]
+    memo: dict[tuple, list[Conjunction]] = {}
+
+    def predicate(dnf: list[list[tuple]]) -> list[Conjunction]:
+        # Popular filters repeat (nested): convert each distinct predicate once.
+        key = tuple(map(tuple, dnf))
+        if key not in memo:
+            memo[key] = predicate_of([[Atom(*a) for a in c] for c in dnf])
+        return memo[key]
+
+    entries = [
+        (i * 8 + j, conj)
+        for i, s in enumerate(subs[:top])
+        for j, conj in enumerate(predicate(s.dnf))
+    ]
+    filters = [c for s in subs[top:] for c in predicate(s.dnf)]
+    data = Data(
+        kind,
+        Dims(),
+        entries,
+        [Profile(p.attrs) for p in publishes[:top]],
+        [Profile(p.attrs) for p in publishes[top : top + q]],
+        filters[:q],
+    )
+    for _, conj in entries:
+        data.dims.filter_box(conj)
+    for conj in data.query_filters:
+        data.dims.filter_box(conj)
+    for p in data.profiles + data.query_profiles:
+        data.dims.profile_box(p)
+    keys = [k >> 3 for k, _ in entries]
+    data.entries_of = {n: _count_below(keys, n) for n in plan.sizes}
+    return data
+
+
+def _count_below(sorted_keys: list[int], n: int) -> int:
+    lo, hi = 0, len(sorted_keys)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if sorted_keys[mid] < n:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+# ---------------------------------------------------------------- timing
+
+
+def _timed(step: Callable[[Any], None], items: Sequence, budget_s: float) -> float:
+    """Seconds to apply `step` to every item; OverBudget past the budget."""
+    start = time.perf_counter()
+    for i, item in enumerate(items):
+        step(item)
+        if i & 255 == 255 and time.perf_counter() - start > budget_s:
+            raise OverBudget(f"stopped after {i + 1} of {len(items)} in {budget_s:.0f} s")
+    return time.perf_counter() - start
+
+
+def _timed_queries(
+    match: Callable[[list], list[set[int]]], queries: list, batch: int, budget_s: float
+) -> tuple[float, list[set[int]]]:
+    """Seconds for as many batches as fit in the budget (at least one), and the answers."""
+    answers: list[set[int]] = []
+    start = time.perf_counter()
+    for i in range(0, len(queries), batch):
+        answers += match(queries[i : i + batch])
+        if time.perf_counter() - start > budget_s:
+            break
+    return time.perf_counter() - start, answers
+
+
+def _batch(contender: Contender, held: int) -> int:
+    """Profiles per call: a micro-batch, smaller where the forest's level arrays grow big."""
+    return max(8, min(1000, 20_000_000 // max(1, held))) if contender.name == "double-forest" else 1
+
+
+def _check(name: str, got: list[set[int]], want: list[set[int]], what: str) -> None:
+    for i, (g, w) in enumerate(zip(got, want, strict=False)):
+        if g != w:
+            missing, extra = sorted(w - g)[:5], sorted(g - w)[:5]
+            raise Mismatch(
+                f"{name} disagrees with brute-force on {what}, query {i}: {len(g)} matches "
+                f"instead of {len(w)} (missing keys {missing}, extra keys {extra})"
+            )
+
+
+def _memory(factory: Callable[[], Contender], entries: Iterable[tuple[int, Conjunction]]) -> int:
+    """Bytes a contender keeps for the subscription entries (Python heap, numpy included)."""
+    gc.collect()
+    tracemalloc.start()
+    try:
+        contender = factory()
+        for key, conj in entries:
+            contender.insert(key, conj)
+        size = tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    del contender
+    return size
+
+
+# ---------------------------------------------------------------- one size
+
+
+@dataclass
+class Run:
+    plan: Plan
+    log: Callable[[str], None]
+    rows: list[dict] = field(default_factory=list)
+    last_build: dict[tuple[str, str], tuple[int, float]] = field(default_factory=dict)
+
+
+def run_size(run: Run, data: Data, n: int) -> None:
+    plan = run.plan
+    entries = data.entries[: data.entries_of[n]]
+    profiles = list(enumerate(data.profiles[:n]))
+    rng = random.Random(f"{data.kind}:{n}")
+    n_del = min(plan.deletes, len(entries) // 10, n // 10)
+    del_entries = [k for k, _ in rng.sample(entries, n_del)]
+    del_profiles = [k for k, _ in rng.sample(profiles, n_del)]
+    what = f"{data.kind} n={n}"
+    reference: dict[str, list[set[int]]] = {}
+    for name, make in CONTENDERS.items():
+        row: dict[str, Any] = {
+            "workload": data.kind,
+            "size": n,
+            "entries": len(entries),
+            "contender": name,
+        }
+        run.rows.append(row)
+        projected = _projected(run, name, data.kind, n)
+        if projected > plan.budget_s:
+            row["skipped"] = (
+                f"building would take ~{projected:.0f} s (budget {plan.budget_s:.0f} s), "
+                "projected from the previous size"
+            )
+            run.log(f"  {name}: skipped, {row['skipped']}")
+            continue
+        try:
+            _measure(run, row, make(data.dims), data, entries, profiles, reference)
+            _deletions(run, row, make, data, entries, profiles, del_entries, del_profiles)
+        except OverBudget as exc:
+            for key in [k for k in row if k.startswith("_")]:
+                del row[key]
+            row["skipped"] = f"over the {plan.budget_s:.0f} s budget: {exc}"
+            run.log(f"  {name}: skipped, {row['skipped']}")
+            continue
+        for side in ("profiles", "filters", "profiles-after-delete", "filters-after-delete"):
+            if name == "brute-force":
+                reference[side] = row.pop(f"_{side}")
+            else:
+                _check(name, row.pop(f"_{side}"), reference[side], f"{what} ({side})")
+        if n <= plan.memory_upto and entries and row["build_s"] < MEMORY_BUILD_S:
+            row["bytes_per_entry"] = round(
+                _memory(lambda m=make: m(data.dims), entries) / len(entries)
+            )
+        run.log(f"  {name}: " + ", ".join(f"{k}={v}" for k, v in row.items() if k in METRICS))
+        gc.collect()
+
+
+def _projected(run: Run, name: str, kind: str, n: int) -> float:
+    prev = run.last_build.get((name, kind))
+    if prev is None:
+        return 0.0
+    prev_n, seconds = prev
+    return seconds * (n / prev_n) ** GROWTH.get(name, 1.0)
+
+
+def _measure(
+    run: Run,
+    row: dict,
+    c: Contender,
+    data: Data,
+    entries: list,
+    profiles: list,
+    reference: dict,
+) -> None:
+    budget = run.plan.budget_s
+    t_sub = _timed(lambda e: c.insert(*e), entries, budget)
+    t_prof = _timed(lambda p: c.insert_profile(*p), profiles, budget)
+    run.last_build[(c.name, data.kind)] = (row["size"], t_sub + t_prof)
+    row["build_s"] = round(t_sub + t_prof, 3)
+    row["insert_per_s"] = _rate(len(entries), t_sub)
+    row["insert_profile_per_s"] = _rate(len(profiles), t_prof)
+    batch = _batch(c, len(entries))
+    t, answers = _timed_queries(c.match_profiles, data.query_profiles, batch, budget)
+    row["match_profile_per_s"], row["_profiles"] = _rate(len(answers), t), answers
+    t, answers = _timed_queries(c.match_subscriptions, data.query_filters, batch, budget)
+    row["match_filter_per_s"], row["_filters"] = _rate(len(answers), t), answers
+    row["_contender"] = c
+
+
+def _deletions(
+    run: Run,
+    row: dict,
+    make: Callable,
+    data: Data,
+    entries: list,
+    profiles: list,
+    del_entries: list[int],
+    del_profiles: list[int],
+) -> None:
+    c: Contender = row.pop("_contender")
+    budget = run.plan.budget_s
+    if del_entries:
+        row["delete_per_s"] = _rate(len(del_entries), _timed(c.delete, del_entries, budget))
+        t = _timed(c.delete_profile, del_profiles, budget)
+        row["delete_profile_per_s"] = _rate(len(del_profiles), t)
+    row["_profiles-after-delete"] = c.match_profiles(data.query_profiles[:RECHECK])
+    row["_filters-after-delete"] = c.match_subscriptions(data.query_filters[:RECHECK])
+
+
+def _rate(count: int, seconds: float) -> float:
+    return round(count / seconds, 1) if seconds > 0 else math.inf
+
+
+METRICS = (
+    "insert_per_s",
+    "delete_per_s",
+    "match_profile_per_s",
+    "match_filter_per_s",
+    "insert_profile_per_s",
+    "delete_profile_per_s",
+    "bytes_per_entry",
+)
+
+
+# ---------------------------------------------------------------- entry point
+
+
+def main(
+    quick: bool = False,
+    json_path: Path | None = None,
+    sizes: tuple[int, ...] | None = None,
+    workloads: tuple[str, ...] | None = None,
+) -> int:
+    from benchmarks import report
+
+    plan = QUICK if quick else FULL
+    plan = replace(plan, sizes=sizes or plan.sizes, workloads=workloads or plan.workloads)
+    json_path = json_path or DEFAULT_JSON
+    command = "tsm bench matcher" + (" --quick" if quick else "")
+    if sizes:
+        command += " --sizes " + ",".join(map(str, sizes))
+    if workloads:
+        command += " --workloads " + ",".join(workloads)
+    command += f" --json {json_path}"
+    run = Run(plan, lambda msg: print(msg, file=sys.stderr, flush=True))
+    started = time.time()
+    for kind in plan.workloads:
+        run.log(f"{kind}: generating {max(plan.sizes)} subscriptions and profiles")
+        data = prepare(kind, plan)
+        for n in plan.sizes:
+            run.log(f"{kind}: {n} subscriptions ({data.entries_of[n]} conjunctions), {n} profiles")
+            try:
+                run_size(run, data, n)
+            except Mismatch as exc:
+                print(f"tsm bench matcher: MISMATCH: {exc}", file=sys.stderr)
+                return 1
+    result = {
+        "command": command,
+        "seed": SEED,
+        "plan": plan.__dict__,
+        "seconds": round(time.time() - started, 1),
+        "machine": {"python": platform.python_version(), "platform": platform.platform()},
+        "rows": run.rows,
+    }
+    print(report.table(run.rows))
+    report.write(result, json_path)
+    run.log(f"wrote {json_path} and its plots and README.md in {json_path.parent}")
+    return 0

@@ -1,0 +1,75 @@
+"""The product's DoubleForest behind the baselines' interface, and the roster.
+
+Each conjunction is one DoubleForest subscription (open lifetime, `overlaps`),
+so that every contender holds exactly the same entries under the same keys.
+Profiles are matched a batch at a time, as the engine does per micro-batch.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import numpy as np
+
+from benchmarks.baselines import BruteForce, Contender, RTree, SienaPoset
+from matcher.boxes import Dims
+from matcher.constraints import Conjunction
+from matcher.double_forest import DoubleForest
+from matcher.profiles import Profile
+
+ALWAYS = (-math.inf, math.inf)
+
+
+class Forest(Contender):
+    """`matcher.double_forest.DoubleForest`, the product."""
+
+    name = "double-forest"
+
+    def __init__(self) -> None:
+        self.df = DoubleForest()
+        self.sub_slot: dict[int, int] = {}
+        self.profile_slot: dict[int, int] = {}
+
+    def insert(self, key: int, conj: Conjunction) -> None:
+        self.sub_slot[key] = self.df.add_subscription(key, [conj], False, *ALWAYS)
+
+    def delete(self, key: int) -> None:
+        self.df.remove_subscription(self.sub_slot.pop(key))
+
+    def match_profile(self, profile: Profile) -> set[int]:
+        return self.match_profiles([profile])[0]
+
+    def match_profiles(self, profiles: list[Profile]) -> list[set[int]]:
+        qi, slots = self.df.match_profiles(profiles, [ALWAYS] * len(profiles))
+        return _group(len(profiles), qi, slots, self.df.subs.handles)
+
+    def insert_profile(self, key: int, profile: Profile) -> None:
+        self.profile_slot[key] = self.df.add_profile(key, profile, *ALWAYS)
+
+    def delete_profile(self, key: int) -> None:
+        self.df.remove_profile(self.profile_slot.pop(key))
+
+    def match_subscription(self, conj: Conjunction) -> set[int]:
+        return self.match_subscriptions([conj])[0]
+
+    def match_subscriptions(self, conjs: list[Conjunction]) -> list[set[int]]:
+        qi, slots = self.df.match_subscriptions([([c], False, *ALWAYS) for c in conjs])
+        return _group(len(conjs), qi, slots, self.df.profiles.handles)
+
+
+def _group(n: int, qi: np.ndarray, slots: np.ndarray, handles: list) -> list[set[int]]:
+    """(query, slot) pairs as one set of keys per query."""
+    out: list[set[int]] = [set() for _ in range(n)]
+    for q, s in zip(qi.tolist(), slots.tolist(), strict=True):
+        out[q].add(handles[s])
+    return out
+
+
+# name -> factory given the space's columns (registered beforehand)
+CONTENDERS: dict[str, Callable[[Dims], Contender]] = {
+    "brute-force": BruteForce,
+    "double-forest": lambda dims: Forest(),
+    "r-tree": RTree,
+    "siena-poset": lambda dims: SienaPoset(),
+}

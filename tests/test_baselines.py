@@ -1,0 +1,107 @@
+"""The benchmark's contenders agree with a naive loop, and the quick benchmark runs."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+from benchmarks.contenders import CONTENDERS
+from matcher.boxes import Dims
+from matcher.constraints import Atom, Conjunction, conjunction_of
+from matcher.profiles import Profile
+from streaming.cli import main as tsm
+
+NUMS, STRS = ("a", "b", "c"), ("s", "t")
+WORDS = ("ab", "abc", "b", "ba", "c")
+
+
+def _atom(rng: random.Random) -> Atom:
+    """Any constraint kind, so that the inexact paths (exact re-test) run too."""
+    if rng.random() < 0.6:
+        attr, v = rng.choice(NUMS), rng.randint(0, 10)
+        op = rng.choice(["<", "<=", ">", ">=", "=", "!=", "between", "in", "exists"])
+        value = {"between": (v, v + rng.randint(0, 5)), "in": (v, v + 3), "exists": None}
+        return Atom(attr, op, value.get(op, v))
+    attr, w = rng.choice(STRS), rng.choice(WORDS)
+    op = rng.choice(["=", "!=", "prefix", "contains", "<", "in"])
+    return Atom(attr, op, (w, "c") if op == "in" else w)
+
+
+def _conjunction(rng: random.Random) -> Conjunction:
+    while True:
+        conj = conjunction_of([_atom(rng) for _ in range(rng.randint(0, 3))])
+        if conj is not None:
+            return conj
+
+
+def _profile(rng: random.Random) -> Profile:
+    attrs: dict = {}
+    for a in rng.sample(NUMS, rng.randint(0, 3)):
+        lo = rng.randint(0, 10)
+        attrs[a] = lo if rng.random() < 0.5 else [lo, lo + rng.randint(0, 4)]
+    for s in rng.sample(STRS, rng.randint(0, 2)):
+        attrs[s] = rng.choice(WORDS)
+    if rng.random() < 0.1:
+        attrs["a"] = "ab"  # a string where filters expect a number: never matches
+    return Profile(attrs)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_contenders_agree_with_a_naive_loop(seed: int) -> None:
+    rng = random.Random(seed)
+    # Equal filters and profiles repeat, so shared nodes and covering occur.
+    pool = [_conjunction(rng) for _ in range(40)]
+    filters = {k: rng.choice(pool) for k in range(150)}
+    ppool = [_profile(rng) for _ in range(40)]
+    profiles = {k: rng.choice(ppool) for k in range(150)}
+    queries_p = [_profile(rng) for _ in range(40)]
+    queries_f = [_conjunction(rng) for _ in range(40)]
+    dims = Dims()
+    for c in [*filters.values(), *queries_f]:
+        dims.filter_box(c)
+    for p in [*profiles.values(), *queries_p]:
+        dims.profile_box(p)
+    contenders = [make(dims) for make in CONTENDERS.values()]
+    for c in contenders:
+        for k, f in filters.items():
+            c.insert(k, f)
+        for k, p in profiles.items():
+            c.insert_profile(k, p)
+    for round_ in range(3):
+        for c in contenders:
+            for q in queries_p:
+                want = {k for k, f in filters.items() if f.overlaps(q)}
+                assert c.match_profile(q) == want, (c.name, round_, q)
+            assert c.match_profiles(queries_p) == [
+                {k for k, f in filters.items() if f.overlaps(q)} for q in queries_p
+            ], c.name
+            for q in queries_f:
+                want = {k for k, p in profiles.items() if q.overlaps(p)}
+                assert c.match_subscription(q) == want, (c.name, round_, q)
+        gone = rng.sample(sorted(filters), 40)
+        gone_p = rng.sample(sorted(profiles), 40)
+        for c in contenders:
+            for k in gone:
+                c.delete(k)
+            for k in gone_p:
+                c.delete_profile(k)
+        for k in gone:
+            del filters[k]
+        for k in gone_p:
+            del profiles[k]
+
+
+def test_quick_bench_runs_and_agrees(tmp_path, capsys) -> None:
+    out = tmp_path / "matcher.json"
+    assert tsm(["bench", "matcher", "--quick", "--json", str(out)]) == 0
+    result = json.loads(out.read_text())
+    rows = result["rows"]
+    assert {r["workload"] for r in rows} == {"uniform", "nested"}
+    assert {r["size"] for r in rows} == {1000, 10000}
+    measured = [r for r in rows if "skipped" not in r]
+    assert {r["contender"] for r in measured} >= {"brute-force", "double-forest", "r-tree"}
+    assert all(r["match_profile_per_s"] > 0 for r in measured)
+    assert (tmp_path / "README.md").exists() and list(tmp_path.glob("*.png"))
+    assert "MISMATCH" not in capsys.readouterr().err
