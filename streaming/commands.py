@@ -1,0 +1,146 @@
+"""`tsm run`: the streaming matcher on Kafka, until stopped or (with --available-now) done.
+
+SIGINT/SIGTERM only set a flag; the query is stopped between micro-batches,
+never inside one (PLATFORM.md: `stop()` during a stateful batch has thrown
+StackOverflowError), and what a batch wrote is committed with its offsets.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+from typing import Any
+
+from streaming.cli import CliError
+
+# How often the driver looks at the stop flag and the query's state.
+POLL_SECONDS = 0.1
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "run",
+        help="run the streaming matcher (Spark) on the Kafka topics",
+        description="Read subscriptions and profiles from Kafka, match them per space "
+        "in a stateful Spark query, write matches and dead letters to Kafka. "
+        "Settings come from --config (tsm.toml); flags override them.",
+    )
+    p.add_argument("--bootstrap", metavar="HOST:PORT", help="Kafka bootstrap address")
+    p.add_argument("--config", metavar="FILE", help="tsm.toml (topics, lateness, sharding, ...)")
+    p.add_argument("--checkpoint", metavar="DIR", help="checkpoint dir (default checkpoints/tsm)")
+    p.add_argument(
+        "--available-now",
+        action="store_true",
+        default=None,
+        help="process what the topics hold now, then stop",
+    )
+    p.add_argument(
+        "--exactly-once",
+        action="store_true",
+        default=None,
+        help="transactional output: read_committed consumers see each record once",
+    )
+    p.add_argument("--source", choices=("python", "native"), help="Kafka source (default python)")
+    p.add_argument("--max-records-per-trigger", type=int, metavar="N", help="records per batch")
+    p.add_argument(
+        "--trigger-interval", metavar="INTERVAL", help="e.g. '2 seconds' (default back to back)"
+    )
+    p.add_argument("--lateness", type=int, metavar="MS", help="allowed lateness of event time")
+    p.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
+    p.set_defaults(handler=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from streaming.config import ConfigError, load_config
+
+    try:
+        config = load_config(args.config).with_overrides(
+            bootstrap=args.bootstrap,
+            checkpoint=args.checkpoint,
+            exactly_once=args.exactly_once,
+            source=args.source,
+            max_records_per_trigger=args.max_records_per_trigger,
+            trigger_interval=args.trigger_interval,
+            lateness_ms=args.lateness,
+        )
+    except ConfigError as exc:
+        raise CliError(str(exc)) from None
+    if config.bootstrap is None:
+        raise CliError("no bootstrap address: give --bootstrap or set bootstrap in tsm.toml")
+    _require_broker(config)
+    return run(config, args.master, bool(args.available_now))
+
+
+def _require_broker(config: Any) -> None:
+    from connectors.admin import BrokerUnreachable, require_broker
+
+    try:
+        require_broker(config.bootstrap, config.kafka_options)
+    except BrokerUnreachable as exc:
+        raise CliError(str(exc)) from None
+
+
+def run(config: Any, master: str, available_now: bool) -> int:
+    """Start the query, log each batch, stop between batches on a signal."""
+    from pyspark.sql import SparkSession
+
+    from streaming import job
+    from streaming.listener import Counters, ProgressLogger
+
+    builder = SparkSession.builder.master(master).appName(f"tsm run ({config.query_name})")
+    for key, value in job.session_settings(config).items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    ui = spark.sparkContext.uiWebUrl
+    print(f"tsm run: query {config.query_name!r}; Spark UI at {ui or '(disabled)'}", flush=True)
+    metrics = spark.sparkContext.accumulator({}, Counters())
+    spark.streams.addListener(ProgressLogger(config.query_name, metrics))
+    stop = _StopFlag()
+    try:
+        query = job.start(spark, config, metrics, available_now=available_now)
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
+    try:
+        _wait(query, stop)
+    finally:
+        stop.restore()
+    error = query.exception()
+    if error is not None:
+        print(f"tsm run: the query failed: {error}", file=sys.stderr)
+        return 1
+    return 130 if stop.signal == signal.SIGINT else 0
+
+
+class _StopFlag:
+    """SIGINT/SIGTERM → a flag (the handlers are restored afterwards)."""
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+        self.signal: int | None = None
+        self._previous = {s: signal.signal(s, self._set) for s in (signal.SIGINT, signal.SIGTERM)}
+
+    def _set(self, signum: int, _frame: Any) -> None:
+        self.signal = signum
+        self.event.set()
+        print("tsm run: stopping after the current batch", file=sys.stderr, flush=True)
+
+    def restore(self) -> None:
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+
+
+def _wait(query: Any, stop: _StopFlag) -> None:
+    """Until the query ends by itself, or stop is asked: then stop it between batches."""
+    from pyspark.errors import StreamingQueryException
+
+    while query.isActive:
+        if stop.event.is_set() and not query.status["isTriggerActive"]:
+            query.stop()
+            break
+        try:
+            query.awaitTermination(POLL_SECONDS)
+        except StreamingQueryException:
+            return  # `run` reports it from query.exception()
