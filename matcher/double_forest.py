@@ -59,6 +59,7 @@ class DoubleForest:
         self.e_from = np.zeros(16)
         self.e_to = np.zeros(16)
         self.n_entries = 0
+        self.multi_disjunct = 0  # subscriptions with more than one conjunction
         self.p_from = np.zeros(16)
         self.p_to = np.zeros(16)
 
@@ -82,6 +83,7 @@ class DoubleForest:
             self.sub_forest.add(conj, bounds, exact, entry)
             entries.append(entry)
         self.sub_entries[slot] = entries
+        self.multi_disjunct += len(entries) > 1
         return slot
 
     def _new_entry(self, slot: int, covers: bool, vf: float, vt: float) -> int:
@@ -98,6 +100,7 @@ class DoubleForest:
         return entry
 
     def remove_subscription(self, slot: int) -> None:
+        self.multi_disjunct -= len(self.sub_entries[slot]) > 1
         for entry in self.sub_entries[slot]:
             self.sub_forest.discard(entry)
             self.entry_free.append(entry)
@@ -125,7 +128,7 @@ class DoubleForest:
     ) -> tuple[np.ndarray, np.ndarray]:
         """Profiles (held or not) against the subscriptions: (query index, sub slot).
 
-        Pairs come out sorted by query, then slot.
+        Pairs come out in no particular order.
         """
         if not profiles or not len(self.sub_forest):
             empty = np.zeros(0, dtype=np.int64)
@@ -146,13 +149,13 @@ class DoubleForest:
         span = np.asarray(intervals, dtype=float).reshape(-1, 2)
         keep = (~self.e_covers[entries] | cov) & (self.e_from[entries] <= span[qi, 1])
         keep &= span[qi, 0] <= self.e_to[entries]
-        return _unique_pairs(qi[keep], self.e_sub[entries[keep]])
+        return _unique_pairs(qi[keep], self.e_sub[entries[keep]], self.multi_disjunct > 0)
 
     def match_subscriptions(
         self, queries: list[tuple[list[Conjunction], bool, float, float]]
     ) -> tuple[np.ndarray, np.ndarray]:
         """Subscriptions (held or not: conjunctions, covers?, from, to) against
-        the held profiles: (query index, profile slot), sorted."""
+        the held profiles: (query index, profile slot), in no particular order."""
         conjs = [c for conjunctions, *_ in queries for c in conjunctions]
         if not conjs or not len(self.profile_forest):
             empty = np.zeros(0, dtype=np.int64)
@@ -173,15 +176,16 @@ class DoubleForest:
         meta = np.array([(c, f, t) for _, c, f, t in queries], dtype=float).reshape(-1, 3)
         keep = ((meta[qi, 0] == 0) | cov) & (meta[qi, 1] <= self.p_to[slots])
         keep &= self.p_from[slots] <= meta[qi, 2]
-        return _unique_pairs(qi[keep], slots[keep])
+        return _unique_pairs(qi[keep], slots[keep], len(conjs) > len(queries))
 
     def _dense(self, boxes: list[dict], fill: tuple[float, float]):
+        """Query boxes, column-major (columns × queries) like the forests'."""
         d = len(self.dims)
-        lo = np.full((len(boxes), d), fill[0])
-        hi = np.full((len(boxes), d), fill[1])
+        lo = np.full((d, len(boxes)), fill[0])
+        hi = np.full((d, len(boxes)), fill[1])
         for i, bounds in enumerate(boxes):
             for col, (a, b) in bounds.items():
-                lo[i, col], hi[i, col] = a, b
+                lo[col, i], hi[col, i] = a, b
         return lo, hi
 
     def check_invariants(self) -> None:
@@ -189,8 +193,10 @@ class DoubleForest:
         self.profile_forest.check_invariants()
 
 
-def _unique_pairs(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    if not len(a):
+def _unique_pairs(a: np.ndarray, b: np.ndarray, needed: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Drop repeated pairs (an item matched through several disjuncts)."""
+    if not needed or not len(a):
         return a, b
-    pairs = np.unique(np.stack([a, b], axis=1), axis=0)
-    return pairs[:, 0], pairs[:, 1]
+    width = int(b.max()) + 1
+    keys = np.unique(a * width + b)
+    return keys // width, keys % width

@@ -3,7 +3,7 @@
 A node is one distinct key (a filter, or a profile box) with the entries that
 share it; every node is covered by its parent and the roots are covered by
 no other node (the minimal cover set). Numeric boxes of all nodes live in
-two (node × column) arrays, and children and entries in `BlockStore`s, so a
+two (column × node) arrays, and children and entries in `BlockStore`s, so a
 descent tests every (query, node) candidate pair of a level in one vector
 operation and expands the survivors to their children in a few more.
 """
@@ -29,8 +29,11 @@ class Forest:
         self.dims = dims
         self.fill = fill
         self.covers = covers
-        self.lo = np.full((16, 0), fill[0])
-        self.hi = np.full((16, 0), fill[1])
+        # Column-major: one contiguous row of bounds per column, so a level's
+        # candidate pairs are tested column by column with `np.take` (a
+        # row-major gather and `all(axis=1)` cost several times more).
+        self.lo = np.full((0, 16), fill[0])
+        self.hi = np.full((0, 16), fill[1])
         self.exact = np.zeros(16, dtype=bool)
         self.parent = np.zeros(16, dtype=np.int64)
         self.keys: list[Hashable | None] = [None]
@@ -70,11 +73,11 @@ class Forest:
 
     def _sync_columns(self) -> None:
         d = len(self.dims)
-        if self.lo.shape[1] < d:
-            extra = d - self.lo.shape[1]
-            rows = self.lo.shape[0]
-            self.lo = np.hstack([self.lo, np.full((rows, extra), self.fill[0])])
-            self.hi = np.hstack([self.hi, np.full((rows, extra), self.fill[1])])
+        if self.lo.shape[0] < d:
+            extra = d - self.lo.shape[0]
+            cap = self.lo.shape[1]
+            self.lo = np.vstack([self.lo, np.full((extra, cap), self.fill[0])])
+            self.hi = np.vstack([self.hi, np.full((extra, cap), self.fill[1])])
 
     def _new_node(self, key: Hashable, bounds: dict, exact: bool) -> int:
         self._sync_columns()
@@ -84,16 +87,16 @@ class Forest:
         else:
             node = len(self.keys)
             self.keys.append(key)
-            if node >= self.lo.shape[0]:
-                rows = 2 * self.lo.shape[0]
-                grow = rows - self.lo.shape[0]
-                self.lo = np.vstack([self.lo, np.full((grow, self.lo.shape[1]), self.fill[0])])
-                self.hi = np.vstack([self.hi, np.full((grow, self.hi.shape[1]), self.fill[1])])
-                self.exact = _grow(self.exact, rows, False)
-                self.parent = _grow(self.parent, rows, 0)
-        self.lo[node], self.hi[node] = self.fill
+            if node >= self.lo.shape[1]:
+                cap = 2 * self.lo.shape[1]
+                grow = cap - self.lo.shape[1]
+                self.lo = np.hstack([self.lo, np.full((self.lo.shape[0], grow), self.fill[0])])
+                self.hi = np.hstack([self.hi, np.full((self.hi.shape[0], grow), self.fill[1])])
+                self.exact = _grow(self.exact, cap, False)
+                self.parent = _grow(self.parent, cap, 0)
+        self.lo[:, node], self.hi[:, node] = self.fill
         for col, (a, b) in bounds.items():
-            self.lo[node, col], self.hi[node, col] = a, b
+            self.lo[col, node], self.hi[col, node] = a, b
         self.exact[node] = exact
         self.by_key[key] = node
         self.children.reserve(len(self.keys))
@@ -104,12 +107,23 @@ class Forest:
         kids = self.children.items(parent)
         if not len(kids):
             return None
-        inside = np.all((self.lo[kids] <= self.lo[node]) & (self.hi[node] <= self.hi[kids]), axis=1)
+        inside = self._contains(kids, node)
         key = self.keys[node]
         for kid in kids[inside]:
             if kid != node and self.covers(self.keys[kid], key):
                 return int(kid)
         return None
+
+    def _contains(self, outer: np.ndarray, node: int) -> np.ndarray:
+        """Which of the `outer` boxes contain the node's box (a necessary
+        condition of covering, tested before the exact `covers`)."""
+        lo, hi = self.lo, self.hi
+        return np.all((lo[:, outer] <= lo[:, node, None]) & (hi[:, node, None] <= hi[:, outer]), 0)
+
+    def _contained(self, inner: np.ndarray, node: int) -> np.ndarray:
+        """Which of the `inner` boxes lie inside the node's box."""
+        lo, hi = self.lo, self.hi
+        return np.all((lo[:, node, None] <= lo[:, inner]) & (hi[:, inner] <= hi[:, node, None]), 0)
 
     def _place(self, node: int, start: int) -> None:
         """Descend from `start` into a node that covers this one until none
@@ -119,11 +133,8 @@ class Forest:
             at = deeper
         siblings = self.children.items(at)
         if len(siblings):
-            inside = np.all(
-                (self.lo[node] <= self.lo[siblings]) & (self.hi[siblings] <= self.hi[node]), axis=1
-            )
             key = self.keys[node]
-            for sib in siblings[inside].tolist():
+            for sib in siblings[self._contained(siblings, node)].tolist():
                 if sib != node and self.covers(key, self.keys[sib]):
                     self.children.remove(sib)
                     self.children.add(node, sib)
@@ -165,24 +176,15 @@ class Forest:
         A node that does not overlap a query prunes its subtree (nothing
         below it can). When the queries are filters (against profile nodes),
         a node the query covers accepts its whole subtree without tests.
-        Returns arrays (query index, node id, covers).
+        Returns arrays (query index, node id, covers). The query boxes are
+        column-major like the nodes': shape (columns, queries).
         """
         self._sync_columns()
-        roots = self.children.items(ROOT)
-        n_q = len(q_lo)
-        qi = np.repeat(np.arange(n_q), len(roots))
-        ni = np.tile(roots, n_q)
+        qi, ni, cov = self._test_roots(q_lo, q_hi, queries_are_filters)
+        ov = np.ones(len(qi), dtype=bool)
         accepted = np.zeros(len(qi), dtype=bool)
         out_q, out_n, out_c = [], [], []
         while len(qi):
-            lo, hi, qlo, qhi = self.lo[ni], self.hi[ni], q_lo[qi], q_hi[qi]
-            ov = np.all((qlo <= hi) & (lo <= qhi), axis=1)
-            if queries_are_filters:
-                cov = np.all((qlo <= lo) & (hi <= qhi), axis=1)
-            else:
-                cov = np.all((lo <= qlo) & (qhi <= hi), axis=1)
-            ov |= accepted
-            cov = (cov & ov) | accepted
             for j in np.flatnonzero(ov & ~accepted & (q_exact[qi] | self.exact[ni])).tolist():
                 ov[j], cov[j] = exact_test(int(qi[j]), int(ni[j]))
             qi, ni, cov = qi[ov], ni[ov], cov[ov]
@@ -192,10 +194,35 @@ class Forest:
             which, kids = self.children.gather(ni)
             qi, ni = qi[which], kids
             accepted = cov[which] if queries_are_filters else np.zeros(len(qi), dtype=bool)
+            ov, cov = self._test_pairs(q_lo, q_hi, qi, ni, queries_are_filters)
+            ov |= accepted
+            cov = (cov & ov) | accepted
         if not out_q:
             empty = np.zeros(0, dtype=np.int64)
             return empty, empty, np.zeros(0, dtype=bool)
         return np.concatenate(out_q), np.concatenate(out_n), np.concatenate(out_c)
+
+    def _test_roots(self, q_lo, q_hi, queries_are_filters):
+        """Every query against every root by broadcasting (no gathers): the
+        root set is the widest level. Returns the overlapping pairs."""
+        roots = self.children.items(ROOT)
+        shape = (q_lo.shape[1], len(roots))
+        ov, cov = np.ones(shape, dtype=bool), np.ones(shape, dtype=bool)
+        for col in range(q_lo.shape[0]):
+            lo, hi = np.take(self.lo[col], roots)[None, :], np.take(self.hi[col], roots)[None, :]
+            _compare(q_lo[col][:, None], q_hi[col][:, None], lo, hi, ov, cov, queries_are_filters)
+        qi, k = np.nonzero(ov)
+        return qi, roots[k], cov[qi, k]
+
+    def _test_pairs(self, q_lo, q_hi, qi, ni, queries_are_filters):
+        """Overlap and containment of each (query, node) pair, column by column."""
+        ov = np.ones(len(qi), dtype=bool)
+        cov = np.ones(len(qi), dtype=bool)
+        for col in range(q_lo.shape[0]):
+            lo, hi = np.take(self.lo[col], ni), np.take(self.hi[col], ni)
+            qlo, qhi = np.take(q_lo[col], qi), np.take(q_hi[col], qi)
+            _compare(qlo, qhi, lo, hi, ov, cov, queries_are_filters)
+        return ov, cov
 
     # -- checks -------------------------------------------------------------
 
@@ -214,3 +241,19 @@ class Forest:
             for other, key in enumerate(self.keys):
                 if key is not None and other != r:
                     assert not self.covers(key, self.keys[r]), f"root {r} is covered by {other}"
+
+
+def _compare(qlo, qhi, lo, hi, ov, cov, queries_are_filters: bool) -> None:
+    """AND one column's overlap and containment into `ov` and `cov` (in place).
+
+    Containment runs the way covering prunes: a filter query contains a
+    profile node; a filter node contains a profile query.
+    """
+    ov &= qlo <= hi
+    ov &= lo <= qhi
+    if queries_are_filters:
+        cov &= qlo <= lo
+        cov &= hi <= qhi
+    else:
+        cov &= lo <= qlo
+        cov &= qhi <= hi
