@@ -25,6 +25,7 @@ class Forest(Contender):
     """`matcher.double_forest.DoubleForest`, the product."""
 
     name = "double-forest"
+    batched = True
 
     def __init__(self) -> None:
         self.df = DoubleForest()
