@@ -77,10 +77,13 @@ def matched_stream(spark: SparkSession, config: JobConfig, metrics: Any) -> Data
 
 def kafka_writer(config: JobConfig) -> BatchWriter:
     """The connectors' foreachBatch Kafka sink, idempotent or transactional."""
-    from connectors.kafka_sink import batch_writer
+    from connectors.kafka_sink import foreach_batch_writer
 
-    return batch_writer(
-        config.bootstrap, exactly_once=config.exactly_once, options=config.kafka_options
+    return foreach_batch_writer(
+        config.bootstrap,
+        config.query_name,
+        exactly_once=config.exactly_once,
+        options=config.kafka_options,
     )
 
 

@@ -33,7 +33,7 @@ from matcher.sharding import Sharding
 from streaming import state_cache
 from streaming.decode_stage import DEAD_LETTER_KEY, KIND_ORDER
 
-OUTPUT_DDL = "topic string, key string, value binary"
+OUTPUT_DDL = "topic string, key binary, value binary"  # connectors.kafka_sink.SINK_COLUMNS
 _KINDS = {order: kind for kind, order in KIND_ORDER.items()}
 
 
@@ -179,7 +179,8 @@ class MatchProcessor(StatefulProcessor):
         counts["matches"] = len(records)
         self.metrics.add(counts)
         return [
-            Row(topic=self.matches_topic, key=r["subscriber"], value=encode(r)) for r in records
+            Row(topic=self.matches_topic, key=r["subscriber"].encode(), value=encode(r))
+            for r in records
         ]
 
     def _move_timer(self, matcher: Any, meta: dict) -> None:

@@ -1,0 +1,360 @@
+"""The streaming job against a real broker and a real local Spark.
+
+The expected output is always `matcher.engine.Engine` (what `tsm replay`
+runs) on the same records, fed with the Kafka positions read back from the
+topics, so that dead letters compare byte for byte too. Where the job's
+batch boundaries equal the engine's (one data batch, or the same cuts), the
+outputs must be equal as multisets of encoded records (SEMANTICS §5). Where
+they cannot be equal (a crash and restart cuts batches elsewhere), the
+workload is built so that nothing depends on the cuts (unique ids, nothing
+late, nothing expiring) and the comparison is the set of
+(event, subscription_id, profile_id, match_id).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from connectors.config import SINK_COMMITS_TOPIC, Topics, confluent_config
+from connectors.consume import consume_values
+from connectors.produce import produce_lines
+from matcher.engine import Engine, Input, encode
+from matcher.records import Source
+from streaming.config import JobConfig
+
+pytestmark = pytest.mark.integration
+
+T0 = 1_700_000_000_000
+REPO = Path(__file__).resolve().parents[2]
+
+
+# -- workloads -----------------------------------------------------------------
+
+
+def workload(
+    seed: int, subs: int, profiles: int, churn: bool = True, spaces: tuple[str, ...] = ("a", "b")
+) -> tuple[list[bytes], list[bytes]]:
+    """Random subscriptions and profiles (JSON lines) on a numeric `x` and a `kind`.
+
+    With `churn`: expiring lifetimes and validities, moved profiles (reused
+    ids), retracts and unsubscribes. Without: unique ids, nothing expires.
+    """
+    rng = random.Random(seed)
+    kinds = ("bus", "tram", "car")
+    sub_lines, prof_lines = [], []
+    for i in range(subs):
+        lo = rng.randrange(0, 90)
+        where = f"x BETWEEN {lo} AND {lo + rng.randrange(5, 40)}"
+        if rng.random() < 0.4:
+            where += f" AND kind = '{rng.choice(kinds)}'"
+        ts = T0 + (rng.randrange(0, 5000) if churn else i)
+        record = {"op": "subscribe", "id": f"s{i}", "space": rng.choice(spaces)}
+        record |= {"subscriber": f"u{i % 7}", "where": where, "ts": ts}
+        record["relation"] = rng.choice(("overlaps", "covers"))
+        if churn and rng.random() < 0.3:
+            record["valid_to"] = ts + rng.randrange(500, 4000)
+        sub_lines.append(json.dumps(record).encode())
+    for j in range(profiles):
+        ts = T0 + (rng.randrange(0, 6000) if churn else 10_000 + j)
+        ident = f"p{rng.randrange(profiles // 3)}" if churn else f"p{j}"
+        space = rng.choice(spaces)
+        if churn and rng.random() < 0.05:
+            record = {"op": "retract", "id": ident, "space": space, "ts": ts}
+        else:
+            lo = rng.randrange(0, 100)
+            record = {"op": "publish", "id": ident, "space": space, "ts": ts}
+            record |= {"attrs": {"x": [lo, lo + rng.randrange(0, 10)], "kind": rng.choice(kinds)}}
+            record |= {"payload": {"n": j}}
+            if churn:
+                record["valid_to"] = ts + rng.randrange(0, 3000)
+            else:
+                record["valid_to"] = None
+        prof_lines.append(json.dumps(record).encode())
+    if churn:
+        for i in rng.sample(range(subs), subs // 10):
+            sub = json.loads(sub_lines[i])
+            unsub = {"op": "unsubscribe", "id": sub["id"], "space": sub["space"]}
+            sub_lines.append(json.dumps(unsub | {"ts": sub["ts"] + 2000}).encode())
+    return sub_lines, prof_lines
+
+
+BAD_PROFILES = [
+    b"{not json",
+    b'{"op": "shout", "id": "p1", "space": "a", "ts": 1700000000000}',
+    b'{"op": "publish", "space": "a", "attrs": {"x": 1}, "ts": 1700000000000}',
+    b'{"op": "publish", "id": "p9", "space": "a", "attrs": {"x": [5, 1]}, "ts": 1700000000000}',
+    b'{"op": "publish", "id": "p8", "space": "a", "attrs": {"x": NaN}, "ts": 1700000000000}',
+    b"\xff\xfe not utf-8",
+]
+BAD_SUBSCRIPTIONS = [
+    b'{"op": "subscribe", "id": "s9", "space": "a", "subscriber": "u", '
+    b'"where": "x BETWEEN AND 3", "ts": 1700000000000}',
+    b'{"op": "subscribe", "id": "s8", "subscriber": "u", "where": "TRUE", "ts": 1700000000000}',
+]
+
+
+# -- Kafka helpers -----------------------------------------------------------------
+
+
+def make_topics(new_topic: Callable[..., str], bootstrap: str, partitions: int = 1) -> Topics:
+    from connectors.admin import create_topics
+
+    create_topics(bootstrap, {SINK_COMMITS_TOPIC: 1})
+    return Topics(
+        subscriptions=new_topic("subs", partitions),
+        profiles=new_topic("profiles", partitions),
+        matches=new_topic("matches", 2),
+        deadletter=new_topic("deadletter", 1),
+    )
+
+
+def read_back(bootstrap: str, topic: str) -> list[tuple[int, int, bytes, int]]:
+    """Every record of `topic` as (partition, offset, value, timestamp), in offset order."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer(confluent_config(bootstrap, required={"group.id": f"rb-{time.time()}"}))
+    try:
+        meta = consumer.list_topics(topic, timeout=10).topics[topic]
+        out = []
+        for partition in sorted(meta.partitions):
+            low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), 10)
+            if high <= low:
+                continue
+            consumer.assign([TopicPartition(topic, partition, low)])
+            while not out or out[-1][:2] != (partition, high - 1):
+                for m in consumer.consume(500, timeout=1.0):
+                    if m.error() is None:
+                        out.append((partition, m.offset(), m.value() or b"", m.timestamp()[1]))
+        return out
+    finally:
+        consumer.close()
+
+
+def inputs_of(bootstrap: str, topics: Topics) -> list[Input]:
+    """Engine inputs with the Kafka positions the job sees."""
+    items = []
+    for kind, topic in (("subscription", topics.subscriptions), ("profile", topics.profiles)):
+        for partition, offset, value, stamp in read_back(bootstrap, topic):
+            items.append(Input(kind, value, Source(topic, partition, offset), stamp))
+    return items
+
+
+def expected(
+    batches: list[list[Input]], lateness_ms: int = 0, engine: Engine | None = None
+) -> dict[str, Counter]:
+    """The engine's output per topic role, as multisets of encoded values."""
+    engine = engine or Engine(lateness_ms=lateness_ms)
+    out: dict[str, Counter] = {"matches": Counter(), "deadletter": Counter()}
+    for batch in batches:
+        for o in engine.process_batch(batch):
+            out[o.topic][encode(o.value)] += 1
+    return out
+
+
+def output(bootstrap: str, topics: Topics, read_committed: bool = False) -> dict[str, Counter]:
+    return {
+        role: Counter(
+            consume_values(
+                bootstrap,
+                getattr(topics, role),
+                from_beginning=True,
+                timeout=3.0,
+                read_committed=read_committed,
+            )
+        )
+        for role in ("matches", "deadletter")
+    }
+
+
+def triples(values) -> set[tuple]:
+    records = [json.loads(v) for v in values]
+    return {(r["event"], r["subscription_id"], r["profile_id"], r["match_id"]) for r in records}
+
+
+# -- running the job ------------------------------------------------------------------
+
+
+def run_in_process(spark, config: JobConfig) -> dict[str, int]:
+    """`tsm run --available-now` in this process's Spark session; returns the counters."""
+    from streaming import job
+    from streaming.listener import Counters
+
+    metrics = spark.sparkContext.accumulator({}, Counters())
+    query = job.start(spark, config, metrics, available_now=True)
+    query.awaitTermination()
+    assert query.exception() is None
+    return dict(metrics.value)
+
+
+def write_config(path: Path, topics: Topics, **settings) -> Path:
+    lines = [f"{k} = {json.dumps(v)}" for k, v in settings.items()]
+    lines += ["[topics]"] + [f'{k} = "{v}"' for k, v in vars(topics).items()]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def tsm_run(bootstrap: str, config: Path, checkpoint: Path, *flags: str) -> subprocess.Popen:
+    """`tsm run` as a child in its own process group (so that a kill reaches the JVM)."""
+    command = [sys.executable, "-m", "streaming.cli", "run", "--bootstrap", bootstrap]
+    command += ["--config", str(config), "--checkpoint", str(checkpoint), *flags]
+    env = os.environ | {"PYSPARK_PYTHON": sys.executable}
+    log = open(checkpoint.parent / f"run-{time.time():.0f}.log", "wb")  # noqa: SIM115
+    return subprocess.Popen(
+        command, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+    )
+
+
+# -- tests ---------------------------------------------------------------------------------
+
+
+def test_end_to_end_equals_replay(bootstrap, new_topic, tmp_path):
+    """`tsm run --available-now` = the engine on the same records (one data batch)."""
+    topics = make_topics(new_topic, bootstrap, partitions=2)
+    subs, profiles = workload(seed=1, subs=60, profiles=400)
+    produce_lines(bootstrap, topics.subscriptions, subs)
+    produce_lines(bootstrap, topics.profiles, profiles)
+    config = write_config(tmp_path / "tsm.toml", topics, lateness_ms=500)
+    job = tsm_run(bootstrap, config, tmp_path / "ck", "--available-now")
+    assert job.wait(timeout=240) == 0
+    want = expected([inputs_of(bootstrap, topics)], lateness_ms=500)
+    assert want["matches"] and sum(want["matches"].values()) > 100
+    got = output(bootstrap, topics)
+    assert got == want
+
+
+def test_bad_and_late_records_go_to_dead_letters(spark, bootstrap, new_topic, tmp_path):
+    topics = make_topics(new_topic, bootstrap)
+    subs, profiles = workload(seed=2, subs=20, profiles=80)
+    produce_lines(bootstrap, topics.subscriptions, subs[:10] + BAD_SUBSCRIPTIONS + subs[10:])
+    produce_lines(bootstrap, topics.profiles, profiles[:40] + BAD_PROFILES + profiles[40:])
+    config = JobConfig(
+        bootstrap=bootstrap, topics=topics, checkpoint=str(tmp_path / "ck"), lateness_ms=1000
+    )
+    first = inputs_of(bootstrap, topics)
+    run_in_process(spark, config)
+    late = {"op": "publish", "id": "late", "space": "a", "ts": T0, "attrs": {"x": 1}}
+    on_time = late | {"id": "on-time", "ts": T0 + 10_000}
+    late_sub = {"op": "subscribe", "id": "late", "space": "a", "subscriber": "u", "where": "TRUE"}
+    produce_lines(bootstrap, topics.profiles, [json.dumps(r).encode() for r in (late, on_time)])
+    produce_lines(bootstrap, topics.subscriptions, [json.dumps(late_sub | {"ts": T0}).encode()])
+    second = [i for i in inputs_of(bootstrap, topics) if i not in first]
+    counters = run_in_process(spark, config)
+    want = expected([first, second], lateness_ms=1000)
+    got = output(bootstrap, topics)
+    assert got == want
+    reasons = [json.loads(v)["reason"] for v in got["deadletter"]]
+    assert len(reasons) == len(BAD_PROFILES) + len(BAD_SUBSCRIPTIONS) + 2  # and the two late ones
+    assert sum(r.startswith("late:") for r in reasons) == 2
+    assert counters["late"] == 2
+
+
+def test_idle_space_is_cleaned_by_event_time_timers(spark, bootstrap, new_topic, tmp_path):
+    """A space with no more records is expired when the watermark passes (§3)."""
+    topics = make_topics(new_topic, bootstrap)
+    idle_sub = {"op": "subscribe", "id": "s", "space": "idle", "subscriber": "u", "where": "TRUE"}
+    idle_pub = {"op": "publish", "id": "p", "space": "idle", "attrs": {"x": 1}}
+    busy = {"op": "publish", "id": "q", "space": "busy", "attrs": {"x": 1}}
+    produce_lines(bootstrap, topics.subscriptions, [json.dumps(idle_sub | {"ts": T0}).encode()])
+    lines = [idle_pub | {"ts": T0, "valid_to": T0 + 100}, busy | {"ts": T0 + 5000}]
+    produce_lines(bootstrap, topics.profiles, [json.dumps(r).encode() for r in lines])
+    config = JobConfig(bootstrap=bootstrap, topics=topics, checkpoint=str(tmp_path / "ck"))
+    counters = run_in_process(spark, config)
+    got = output(bootstrap, topics)
+    assert got == expected([inputs_of(bootstrap, topics)])
+    events = sorted((r["event"], r["reason"]) for r in map(json.loads, got["matches"]))
+    assert events == [("match", "new-profile"), ("unmatch", "expired")]
+    assert counters["timers"] >= 1
+
+
+def test_sharded_run_equals_unsharded(spark, bootstrap, new_topic, tmp_path):
+    topics = make_topics(new_topic, bootstrap, partitions=2)
+    subs, profiles = workload(seed=3, subs=40, profiles=200)
+    produce_lines(bootstrap, topics.subscriptions, subs)
+    produce_lines(bootstrap, topics.profiles, profiles)
+    plain_topics = Topics(
+        topics.subscriptions, topics.profiles, new_topic("m-plain", 2), new_topic("d-plain")
+    )
+    plain = JobConfig(bootstrap=bootstrap, topics=plain_topics, checkpoint=str(tmp_path / "c1"))
+    sharding = {"a": {"attribute": "x", "width": 25, "cells": 4}}
+    sharded = JobConfig(
+        bootstrap=bootstrap, topics=topics, checkpoint=str(tmp_path / "c2"), sharding=sharding
+    )
+    run_in_process(spark, plain)
+    counters = run_in_process(spark, sharded)
+    got, got_plain = output(bootstrap, topics), output(bootstrap, plain_topics)
+    assert got == got_plain
+    assert got == expected([inputs_of(bootstrap, topics)])
+    assert counters["keys"] > 2  # the cells of `a` ran as keys of their own
+
+
+def test_kafka_python_clients(spark, bootstrap, new_topic, tmp_path):
+    """Records produced and matches consumed with kafka-python, not librdkafka."""
+    from kafka import KafkaConsumer, KafkaProducer
+
+    from connectors.config import kafka_python_config
+
+    topics = make_topics(new_topic, bootstrap)
+    subs, profiles = workload(seed=4, subs=10, profiles=40, churn=False)
+    producer = KafkaProducer(**kafka_python_config(bootstrap))
+    try:
+        for topic, lines in ((topics.subscriptions, subs), (topics.profiles, profiles)):
+            for line in lines:
+                producer.send(topic, line)
+        producer.flush()
+    finally:
+        producer.close()
+    config = JobConfig(bootstrap=bootstrap, topics=topics, checkpoint=str(tmp_path / "ck"))
+    run_in_process(spark, config)
+    consumer = KafkaConsumer(
+        topics.matches,
+        **kafka_python_config(bootstrap),
+        auto_offset_reset="earliest",
+        group_id=f"kp-{time.time()}",
+        consumer_timeout_ms=3000,
+    )
+    try:
+        messages = list(consumer)
+    finally:
+        consumer.close()
+    got = Counter(m.value for m in messages)
+    keys = {m.key for m in messages}
+    assert got == expected([inputs_of(bootstrap, topics)])["matches"]
+    assert got and not keys - {f"u{i}".encode() for i in range(7)}
+
+
+def test_crash_and_restart_from_checkpoint(bootstrap, new_topic, tmp_path):
+    """SIGKILL mid-stream, restart: nothing missing; read_committed sees no duplicate."""
+    topics = make_topics(new_topic, bootstrap, partitions=2)
+    subs, profiles = workload(seed=5, subs=40, profiles=500, churn=False)
+    produce_lines(bootstrap, topics.subscriptions, subs)
+    produce_lines(bootstrap, topics.profiles, profiles)
+    # Nothing is late and nothing expires, whatever the batch cuts (see the module doc).
+    config = write_config(tmp_path / "tsm.toml", topics, lateness_ms=10**9)
+    flags = ("--exactly-once", "--max-records-per-trigger", "60")
+    job = tsm_run(bootstrap, config, tmp_path / "ck", *flags)
+    try:
+        seen = consume_values(bootstrap, topics.matches, from_beginning=True, timeout=180)
+        next(seen, None)  # the first batch's output is out: kill a later one
+        seen.close()
+        time.sleep(1.0)
+    finally:
+        os.killpg(job.pid, signal.SIGKILL)
+        job.wait()
+    restart = tsm_run(bootstrap, config, tmp_path / "ck", *flags, "--available-now")
+    assert restart.wait(timeout=300) == 0
+    want = triples(expected([inputs_of(bootstrap, topics)], lateness_ms=10**9)["matches"])
+    committed = output(bootstrap, topics, read_committed=True)["matches"]
+    assert max(committed.values()) == 1
+    assert triples(committed) == want
+    assert triples(output(bootstrap, topics)["matches"]) == want
