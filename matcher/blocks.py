@@ -117,12 +117,12 @@ class BlockStore:
 
     def gather(self, lists: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """All elements of the given lists: (index into `lists`, element)."""
-        counts = self.count[lists]
+        counts = np.take(self.count, lists)
         total = int(counts.sum())
         if total == 0:
             empty = np.zeros(0, dtype=np.int64)
             return empty, empty
         which = np.repeat(np.arange(len(lists)), counts)
         first = np.cumsum(counts) - counts
-        idx = np.repeat(self.start[lists] - first, counts) + np.arange(total)
-        return which, self.data[idx]
+        idx = np.repeat(np.take(self.start, lists) - first, counts) + np.arange(total)
+        return which, np.take(self.data, idx)

@@ -275,7 +275,7 @@ def _normalized(c: Constraint) -> Constraint | None:
             return base if rest.allows(lo) else None
     if not (c.prefixes or c.suffixes or c.contains or c.not_prefixes or c.not_suffixes):
         if not c.not_contains and (lo, lo_open, hi, hi_open) == (c.lo, c.lo_open, c.hi, c.hi_open):
-            excluded = frozenset(e for e in c.excluded if c.allows(e))
+            excluded = frozenset(e for e in c.excluded if c._in_bounds(e))
             return c if excluded == c.excluded else replace(c, excluded=excluded)
     prefixes = _strongest(c.prefixes, lambda q, p: q.startswith(p))
     suffixes = _strongest(c.suffixes, lambda q, p: q.endswith(p))

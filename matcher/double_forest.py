@@ -60,6 +60,7 @@ class DoubleForest:
         self.e_to = np.zeros(16)
         self.n_entries = 0
         self.multi_disjunct = 0  # subscriptions with more than one conjunction
+        self.covers_entries = 0  # entries of `covers` subscriptions
         self.p_from = np.zeros(16)
         self.p_to = np.zeros(16)
 
@@ -84,6 +85,7 @@ class DoubleForest:
             entries.append(entry)
         self.sub_entries[slot] = entries
         self.multi_disjunct += len(entries) > 1
+        self.covers_entries += len(entries) if covers else 0
         return slot
 
     def _new_entry(self, slot: int, covers: bool, vf: float, vt: float) -> int:
@@ -101,6 +103,9 @@ class DoubleForest:
 
     def remove_subscription(self, slot: int) -> None:
         self.multi_disjunct -= len(self.sub_entries[slot]) > 1
+        entries = self.sub_entries[slot]
+        if entries and self.e_covers[entries[0]]:
+            self.covers_entries -= len(entries)
         for entry in self.sub_entries[slot]:
             self.sub_forest.discard(entry)
             self.entry_free.append(entry)
@@ -136,20 +141,24 @@ class DoubleForest:
         boxes = [self.dims.profile_box(p) for p in profiles]
         q_lo, q_hi = self._dense(boxes, PROFILE_FILL)
         forest = self.sub_forest
+        forest.need_covers = self.covers_entries > 0
 
         def exact(q: int, node: int) -> tuple[bool, bool]:
             conj = forest.keys[node]
             return conj.overlaps(profiles[q]), conj.covers(profiles[q])
 
         qi, nodes, cov = forest.descend(
-            q_lo, q_hi, np.zeros(len(profiles), dtype=bool), exact, queries_are_filters=False
+            q_lo, q_hi, np.zeros(len(profiles), dtype=bool), exact, qaf=False
         )
         which, entries = forest.entries.gather(nodes)
-        qi, cov = qi[which], cov[which]
-        span = np.asarray(intervals, dtype=float).reshape(-1, 2)
-        keep = (~self.e_covers[entries] | cov) & (self.e_from[entries] <= span[qi, 1])
-        keep &= span[qi, 0] <= self.e_to[entries]
-        return _unique_pairs(qi[keep], self.e_sub[entries[keep]], self.multi_disjunct > 0)
+        qi, cov = np.take(qi, which), np.take(cov, which)
+        span = np.asarray(intervals, dtype=float).reshape(-1, 2).T
+        keep = np.take(self.e_from, entries) <= np.take(span[1], qi)
+        keep &= np.take(span[0], qi) <= np.take(self.e_to, entries)
+        if self.covers_entries:
+            keep &= ~np.take(self.e_covers, entries) | cov
+        subs = np.take(self.e_sub, entries[keep])
+        return _unique_pairs(qi[keep], subs, self.multi_disjunct > 0)
 
     def match_subscriptions(
         self, queries: list[tuple[list[Conjunction], bool, float, float]]
@@ -170,7 +179,7 @@ class DoubleForest:
             profile = forest.keys[node]
             return conjs[q].overlaps(profile), conjs[q].covers(profile)
 
-        di, nodes, cov = forest.descend(q_lo, q_hi, q_exact, exact, queries_are_filters=True)
+        di, nodes, cov = forest.descend(q_lo, q_hi, q_exact, exact, qaf=True)
         which, slots = forest.entries.gather(nodes)
         qi, cov = owner[di[which]], cov[which]
         meta = np.array([(c, f, t) for _, c, f, t in queries], dtype=float).reshape(-1, 3)

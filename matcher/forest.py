@@ -18,6 +18,7 @@ from matcher.blocks import BlockStore, _grow
 from matcher.boxes import Dims
 
 ROOT = 0  # the list id of the root set; node ids start at 1
+WIDE = 32  # a child list this long is tested by broadcasting
 
 ExactTest = Callable[[int, int], tuple[bool, bool]]
 
@@ -41,6 +42,12 @@ class Forest:
         self.free: list[int] = []
         self.children = BlockStore()
         self.entries = BlockStore()
+        # Long child lists as contiguous (columns × children) blocks, built on
+        # first use and dropped when the list changes.
+        self._wide: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        # Whether a descent must tell covering from overlapping for filter
+        # nodes (False while no `covers` subscription is held: saves work).
+        self.need_covers = True
 
     def __len__(self) -> int:
         return len(self.by_key)
@@ -78,6 +85,7 @@ class Forest:
             cap = self.lo.shape[1]
             self.lo = np.vstack([self.lo, np.full((extra, cap), self.fill[0])])
             self.hi = np.vstack([self.hi, np.full((extra, cap), self.fill[1])])
+            self._wide.clear()
 
     def _new_node(self, key: Hashable, bounds: dict, exact: bool) -> int:
         self._sync_columns()
@@ -114,6 +122,16 @@ class Forest:
                 return int(kid)
         return None
 
+    def _attach(self, parent: int, kid: int) -> None:
+        self.children.add(parent, kid)
+        self.parent[kid] = parent
+        self._wide.pop(parent, None)
+
+    def _detach(self, kid: int) -> int:
+        parent = self.children.remove(kid)
+        self._wide.pop(parent, None)
+        return parent
+
     def _contains(self, outer: np.ndarray, node: int) -> np.ndarray:
         """Which of the `outer` boxes contain the node's box (a necessary
         condition of covering, tested before the exact `covers`)."""
@@ -136,19 +154,17 @@ class Forest:
             key = self.keys[node]
             for sib in siblings[self._contained(siblings, node)].tolist():
                 if sib != node and self.covers(key, self.keys[sib]):
-                    self.children.remove(sib)
-                    self.children.add(node, sib)
-                    self.parent[sib] = node
-        self.children.add(at, node)
-        self.parent[node] = at
+                    self._detach(sib)
+                    self._attach(node, sib)
+        self._attach(at, node)
 
     def _remove_node(self, node: int) -> None:
         """Splice the node out: its children go to its parent (which covers
         them); at the root level they are placed again among the roots."""
-        parent = self.children.remove(node)
+        parent = self._detach(node)
         orphans = self.children.items(node).copy()
         for kid in orphans.tolist():
-            self.children.remove(kid)
+            self._detach(kid)
         self.children.release(node)
         self.entries.release(node)
         del self.by_key[self.keys[node]]
@@ -158,8 +174,7 @@ class Forest:
             if parent == ROOT:
                 self._place(kid, ROOT)
             else:
-                self.children.add(parent, kid)
-                self.parent[kid] = parent
+                self._attach(parent, kid)
 
     # -- queries ------------------------------------------------------------
 
@@ -169,60 +184,100 @@ class Forest:
         q_hi: np.ndarray,
         q_exact: np.ndarray,
         exact_test: ExactTest,
-        queries_are_filters: bool,
+        qaf: bool,
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Every (query, node) pair that overlaps, with whether it also covers.
 
         A node that does not overlap a query prunes its subtree (nothing
-        below it can). When the queries are filters (against profile nodes),
-        a node the query covers accepts its whole subtree without tests.
+        below it can). When the queries are filters (`qaf`: against profile
+        nodes), a node the query covers accepts its whole subtree untested.
         Returns arrays (query index, node id, covers). The query boxes are
         column-major like the nodes': shape (columns, queries).
         """
         self._sync_columns()
-        qi, ni, cov = self._test_roots(q_lo, q_hi, queries_are_filters)
-        ov = np.ones(len(qi), dtype=bool)
-        accepted = np.zeros(len(qi), dtype=bool)
+        n_q = q_lo.shape[1]
+        qs = np.arange(n_q)
+        qi, ni, cov, acc = self._broadcast(ROOT, qs, np.zeros(n_q, dtype=bool), q_lo, q_hi, qaf)
         out_q, out_n, out_c = [], [], []
         while len(qi):
-            for j in np.flatnonzero(ov & ~accepted & (q_exact[qi] | self.exact[ni])).tolist():
-                ov[j], cov[j] = exact_test(int(qi[j]), int(ni[j]))
-            qi, ni, cov = qi[ov], ni[ov], cov[ov]
+            ok = np.ones(len(qi), dtype=bool)
+            for j in np.flatnonzero(~acc & (q_exact[qi] | self.exact[ni])).tolist():
+                ok[j], cov[j] = exact_test(int(qi[j]), int(ni[j]))
+            qi, ni, cov = qi[ok], ni[ok], cov[ok]
             out_q.append(qi)
             out_n.append(ni)
             out_c.append(cov)
-            which, kids = self.children.gather(ni)
-            qi, ni = qi[which], kids
-            accepted = cov[which] if queries_are_filters else np.zeros(len(qi), dtype=bool)
-            ov, cov = self._test_pairs(q_lo, q_hi, qi, ni, queries_are_filters)
-            ov |= accepted
-            cov = (cov & ov) | accepted
+            inherit = cov if qaf else np.zeros(len(qi), dtype=bool)
+            qi, ni, cov, acc = self._expand(qi, ni, inherit, q_lo, q_hi, qaf)
         if not out_q:
             empty = np.zeros(0, dtype=np.int64)
             return empty, empty, np.zeros(0, dtype=bool)
         return np.concatenate(out_q), np.concatenate(out_n), np.concatenate(out_c)
 
-    def _test_roots(self, q_lo, q_hi, queries_are_filters):
-        """Every query against every root by broadcasting (no gathers): the
-        root set is the widest level. Returns the overlapping pairs."""
-        roots = self.children.items(ROOT)
-        shape = (q_lo.shape[1], len(roots))
-        ov, cov = np.ones(shape, dtype=bool), np.ones(shape, dtype=bool)
-        for col in range(q_lo.shape[0]):
-            lo, hi = np.take(self.lo[col], roots)[None, :], np.take(self.hi[col], roots)[None, :]
-            _compare(q_lo[col][:, None], q_hi[col][:, None], lo, hi, ov, cov, queries_are_filters)
-        qi, k = np.nonzero(ov)
-        return qi, roots[k], cov[qi, k]
+    def _expand(self, qi, ni, inherit, q_lo, q_hi, qaf):
+        """The next level: every child of the matched pairs, tested. A long
+        child list is tested against all its queries at once by broadcasting
+        (no gathers); short ones are gathered pair by pair."""
+        wide = np.take(self.children.count, ni) >= WIDE
+        parts = [self._gathered(qi[~wide], ni[~wide], inherit[~wide], q_lo, q_hi, qaf)]
+        if wide.any():
+            wq, wn, wa = qi[wide], ni[wide], inherit[wide]
+            order = np.argsort(wn, kind="stable")
+            wq, wn, wa = wq[order], wn[order], wa[order]
+            nodes, starts = np.unique(wn, return_index=True)
+            ends = np.append(starts[1:], len(wn))
+            for node, s, e in zip(nodes.tolist(), starts.tolist(), ends.tolist(), strict=True):
+                parts.append(self._broadcast(node, wq[s:e], wa[s:e], q_lo, q_hi, qaf))
+        return tuple(np.concatenate(arrays) for arrays in zip(*parts, strict=True))
 
-    def _test_pairs(self, q_lo, q_hi, qi, ni, queries_are_filters):
-        """Overlap and containment of each (query, node) pair, column by column."""
-        ov = np.ones(len(qi), dtype=bool)
+    def _broadcast(self, node, qs, inherit, q_lo, q_hi, qaf):
+        """One node's children against some queries, as a (query × child)
+        matrix: one vector operation per comparison over all columns."""
+        block = self._wide.get(node)
+        if block is None:
+            kids = self.children.items(node).copy()
+            block = (kids, self.lo[:, kids][:, None, :], self.hi[:, kids][:, None, :])
+            if len(kids) >= WIDE:
+                self._wide[node] = block
+        kids, lo, hi = block
+        ov = ((q_lo[:, qs][:, :, None] <= hi) & (lo <= q_hi[:, qs][:, :, None])).all(axis=0)
+        ov |= inherit[:, None]
+        r, k = np.nonzero(ov)
+        qi, ni, inherit = qs[r], kids[k], inherit[r]
+        return qi, ni, self._covers(q_lo, q_hi, qi, ni, qaf) | inherit, inherit
+
+    def _gathered(self, qi, ni, inherit, q_lo, q_hi, qaf):
+        """The children of (query, node) pairs, tested pair by pair."""
+        which, kids = self.children.gather(ni)
+        qi, inherit = np.take(qi, which), np.take(inherit, which)
+        ov = inherit.copy()
+        test = np.flatnonzero(~inherit)
+        tq, tn = np.take(qi, test), np.take(kids, test)
+        hit = np.ones(len(test), dtype=bool)
+        for col in range(q_lo.shape[0]):
+            hit &= np.take(q_lo[col], tq) <= np.take(self.hi[col], tn)
+            hit &= np.take(self.lo[col], tn) <= np.take(q_hi[col], tq)
+        ov[test] = hit
+        qi, kids, inherit = qi[ov], kids[ov], inherit[ov]
+        return qi, kids, self._covers(q_lo, q_hi, qi, kids, qaf) | inherit, inherit
+
+    def _covers(self, q_lo, q_hi, qi, ni, qaf):
+        """Box containment of overlapping pairs, the way covering prunes: a
+        filter query contains a profile node (`qaf`), or a filter node
+        contains a profile query."""
         cov = np.ones(len(qi), dtype=bool)
+        if not qaf and not self.need_covers:
+            return cov
         for col in range(q_lo.shape[0]):
             lo, hi = np.take(self.lo[col], ni), np.take(self.hi[col], ni)
             qlo, qhi = np.take(q_lo[col], qi), np.take(q_hi[col], qi)
-            _compare(qlo, qhi, lo, hi, ov, cov, queries_are_filters)
-        return ov, cov
+            if qaf:
+                cov &= qlo <= lo
+                cov &= hi <= qhi
+            else:
+                cov &= lo <= qlo
+                cov &= qhi <= hi
+        return cov
 
     # -- checks -------------------------------------------------------------
 
@@ -242,18 +297,3 @@ class Forest:
                 if key is not None and other != r:
                     assert not self.covers(key, self.keys[r]), f"root {r} is covered by {other}"
 
-
-def _compare(qlo, qhi, lo, hi, ov, cov, queries_are_filters: bool) -> None:
-    """AND one column's overlap and containment into `ov` and `cov` (in place).
-
-    Containment runs the way covering prunes: a filter query contains a
-    profile node; a filter node contains a profile query.
-    """
-    ov &= qlo <= hi
-    ov &= lo <= qhi
-    if queries_are_filters:
-        cov &= qlo <= lo
-        cov &= hi <= qhi
-    else:
-        cov &= lo <= qlo
-        cov &= qhi <= hi
