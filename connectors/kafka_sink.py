@@ -1,0 +1,243 @@
+"""Write match and dead-letter records to Kafka from `foreachBatch`, at least or exactly once.
+
+The DataFrame has the columns `topic string, key binary (nullable), value
+binary`; each Spark task writes its partition with its own producer
+(`mapInArrow`), so the write scales with the tasks and needs no driver
+round trip per record.
+
+Guarantees, per micro-batch:
+
+* `exactly_once=False` (default): at least once. An idempotent producer
+  (`enable.idempotence`) keeps a task's records free of retry duplicates
+  and in order per Kafka partition; but a task or batch that Spark re-runs
+  after a failure writes its records again. Consumers can drop duplicates by
+  `match_id`.
+
+* `exactly_once=True`: each (query, batch id, Spark partition) is written
+  in one Kafka transaction that commits at most once, so a `read_committed`
+  consumer sees every record of a completed batch exactly once, whatever
+  fails and is re-run (task retry, driver crash between the sink's commit
+  and Spark's checkpoint commit, query restart). How:
+
+  1. The task's `transactional.id` is `tsm-sink.<query name>.<partition>`.
+     `init_transactions()` fences any earlier producer with that id (a
+     zombie task) and completes or aborts its open transaction, so after it
+     nothing of this (query, partition) is in flight.
+  2. The transaction also commits a progress marker without an external
+     store: the consumer-group offset of group
+     `tsm-sink.<query name>.<query id>.<partition>` on the `tsm.sink-commits`
+     anchor topic, set to batch id + 1 with `send_offsets_to_transaction`.
+     Kafka makes that offset visible if and only if the transaction commits.
+  3. Before writing, the task reads that offset (after step 1, so it is
+     final); if it is beyond the batch id, the batch was committed by an
+     earlier attempt and the task writes nothing.
+
+  This relies on what Spark guarantees for a re-run (PLATFORM.md): the same
+  batch id, and the same rows in the same partitions, which holds when the
+  pipeline is deterministic (the job's is: ordered by key and position).
+  The query id (kept in the checkpoint) is part of the marker, so a query
+  restarted with a fresh checkpoint but the same name starts clean instead
+  of skipping its new batches 0, 1, .... `read_uncommitted` consumers can
+  still see records of aborted attempts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator, Mapping
+
+import pyarrow as pa
+from pyspark.sql import DataFrame
+
+from connectors.config import SINK_COMMITS_TOPIC, confluent_config
+
+SINK_COLUMNS = "topic string, key binary, value binary"
+REPORT_SCHEMA = "partition int, written long, skipped boolean"
+# How long a transaction step (init, send offsets, commit) may take.
+TXN_TIMEOUT_S = 60.0
+
+
+def write_batch(
+    df: DataFrame,
+    batch_id: int,
+    bootstrap: str,
+    *,
+    query_name: str,
+    exactly_once: bool = False,
+    options: Mapping[str, str] | None = None,
+) -> dict[str, int]:
+    """Write `df` (`SINK_COLUMNS`) to Kafka from its tasks; call it from `foreachBatch`.
+
+    Returns `{"written": records, "skipped": partitions already committed}`.
+    In exactly-once mode the `tsm.sink-commits` topic must exist
+    (`tsm topics create`, or `foreach_batch_writer` creates it).
+    """
+    options = dict(options or {})
+
+    def write_partition(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        partition = context.partitionId()
+        config = confluent_config(bootstrap, options)
+        if exactly_once:
+            query_id = context.getLocalProperty("sql.streaming.queryId") or "no-query"
+            written, skipped = write_exactly_once(
+                config, batches, query_name, query_id, partition, batch_id
+            )
+        else:
+            written, skipped = write_idempotent(config, batches), False
+        yield pa.RecordBatch.from_pylist(
+            [{"partition": partition, "written": written, "skipped": skipped}],
+            schema=pa.schema(
+                [("partition", pa.int32()), ("written", pa.int64()), ("skipped", pa.bool_())]
+            ),
+        )
+
+    reports = df.select("topic", "key", "value").mapInArrow(write_partition, REPORT_SCHEMA)
+    rows = reports.collect()
+    return {
+        "written": sum(row.written for row in rows),
+        "skipped": sum(row.skipped for row in rows),
+    }
+
+
+def foreach_batch_writer(
+    bootstrap: str,
+    query_name: str,
+    *,
+    exactly_once: bool = False,
+    options: Mapping[str, str] | None = None,
+) -> Callable[[DataFrame, int], None]:
+    """A `foreachBatch` function writing each batch with `write_batch`.
+
+    Creates the anchor topic of the exactly-once mode up front.
+    """
+    if exactly_once:
+        from connectors.admin import create_topics
+
+        create_topics(bootstrap, {SINK_COMMITS_TOPIC: 1}, options=options)
+
+    def write(df: DataFrame, batch_id: int) -> None:
+        write_batch(
+            df,
+            batch_id,
+            bootstrap,
+            query_name=query_name,
+            exactly_once=exactly_once,
+            options=options,
+        )
+
+    return write
+
+
+class _Deliveries:
+    """Delivery callback that keeps the first error, for a message that says why."""
+
+    def __init__(self) -> None:
+        self.first_error: object = None
+
+    def __call__(self, err: object, _msg: object) -> None:
+        if err is not None and self.first_error is None:
+            self.first_error = err
+
+
+def _produce_all(producer, batches: Iterator[pa.RecordBatch], deliveries: _Deliveries) -> int:
+    count = 0
+    for batch in batches:
+        columns = zip(
+            batch.column("topic").to_pylist(),
+            batch.column("key").to_pylist(),
+            batch.column("value").to_pylist(),
+            strict=True,
+        )
+        for topic, key, value in columns:
+            while True:
+                try:
+                    producer.produce(topic, value=value, key=key, on_delivery=deliveries)
+                    break
+                except BufferError:  # local queue full: let deliveries drain it
+                    producer.poll(0.1)
+            count += 1
+            if count % 1000 == 0:
+                producer.poll(0)
+    return count
+
+
+def _producer_config(config: Mapping[str, object]) -> dict[str, object]:
+    # murmur2: a key gets the partition Java clients (and Spark's own sink) give it.
+    return {**config, "enable.idempotence": True, "acks": "all", "partitioner": "murmur2_random"}
+
+
+def write_idempotent(config: Mapping[str, object], batches: Iterator[pa.RecordBatch]) -> int:
+    """Produce every row and wait for all acknowledgements; raise if any failed."""
+    from confluent_kafka import KafkaException, Producer
+
+    producer = Producer(_producer_config(config))
+    deliveries = _Deliveries()
+    try:
+        count = _produce_all(producer, batches, deliveries)
+        remaining = producer.flush(TXN_TIMEOUT_S)
+    finally:
+        producer.close()
+    if deliveries.first_error is not None:
+        raise KafkaException(deliveries.first_error)
+    if remaining:
+        raise TimeoutError(f"{remaining} records not acknowledged within {TXN_TIMEOUT_S:g}s")
+    return count
+
+
+def write_exactly_once(
+    config: Mapping[str, object],
+    batches: Iterator[pa.RecordBatch],
+    query_name: str,
+    query_id: str,
+    partition: int,
+    batch_id: int,
+) -> tuple[int, bool]:
+    """Write one (batch, partition) in a transaction unless an earlier attempt committed it.
+
+    Returns (records written, skipped). See the module docstring for why
+    this is exactly once.
+    """
+    from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+
+    anchor = TopicPartition(SINK_COMMITS_TOPIC, 0)
+    producer = Producer(
+        {**_producer_config(config), "transactional.id": f"tsm-sink.{query_name}.{partition}"}
+    )
+    marker = Consumer(
+        {
+            **config,
+            "group.id": f"tsm-sink.{query_name}.{query_id}.{partition}",
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+        }
+    )
+    deliveries = _Deliveries()
+    try:
+        producer.init_transactions(TXN_TIMEOUT_S)
+        done = marker.committed([anchor], timeout=TXN_TIMEOUT_S)[0].offset
+        if done > batch_id:  # committed by an earlier attempt (no offset is negative)
+            for _ in batches:  # let Spark finish feeding the task
+                pass
+            return 0, True
+        producer.begin_transaction()
+        try:
+            count = _produce_all(producer, batches, deliveries)
+            progress = TopicPartition(SINK_COMMITS_TOPIC, 0, batch_id + 1)
+            producer.send_offsets_to_transaction(
+                [progress], marker.consumer_group_metadata(), TXN_TIMEOUT_S
+            )
+            producer.commit_transaction(TXN_TIMEOUT_S)
+        except BaseException as exc:
+            failed_delivery = deliveries.first_error  # before abort() purges the queue
+            with contextlib.suppress(KafkaException):  # e.g. fenced: nothing left to abort
+                producer.abort_transaction(TXN_TIMEOUT_S)
+            if failed_delivery is not None and isinstance(exc, KafkaException):
+                raise KafkaException(failed_delivery) from exc  # the cause, not "commit failed"
+            raise
+        return count, False
+    finally:
+        marker.close()
+        producer.close()

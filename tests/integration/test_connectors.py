@@ -1,0 +1,435 @@
+"""Connectors against a real noida-db process and a real local Spark: no mocks.
+
+CLI tests run `tsm` as a subprocess against a private broker; source and
+sink tests share the session broker and Spark (conftest.py), each with its
+own topics and checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from connectors.broker import EmbeddedBroker, free_port
+from connectors.config import confluent_config, kafka_python_config
+
+pytestmark = pytest.mark.integration
+
+
+def tsm(*args: str, stdin: bytes | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
+    # Not `python -m streaming.cli`: as __main__ its CliError is another class
+    # than the one the subcommand modules import, and errors become tracebacks.
+    entry = "import sys; from streaming.cli import main; sys.exit(main())"
+    return subprocess.run(
+        [sys.executable, "-c", entry, *args],
+        input=stdin,
+        capture_output=True,
+        timeout=timeout,
+    )
+
+
+def read_topic(bootstrap: str, topic: str, read_committed: bool = True) -> list:
+    """Every record of `topic` now, read by partition up to its end (no guessing timeouts)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    isolation = "read_committed" if read_committed else "read_uncommitted"
+    consumer = Consumer(
+        confluent_config(
+            bootstrap,
+            required={"group.id": "tests", "isolation.level": isolation, "log_level": 0},
+        )
+    )
+    records = []
+    try:
+        partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+        for p in partitions:
+            tp = TopicPartition(topic, p, 0)
+            end = consumer.get_watermark_offsets(tp, timeout=10, cached=False)[1]
+            consumer.assign([tp])
+            while consumer.position([tp])[0].offset < end:
+                for message in consumer.consume(end, timeout=0.2):
+                    assert message.error() is None, message.error()
+                    records.append(message)
+    finally:
+        consumer.close()
+    return records
+
+
+def produce(bootstrap: str, topic: str, values: list[bytes], keys: list | None = None) -> None:
+    from confluent_kafka import Producer
+
+    producer = Producer(confluent_config(bootstrap, required={"enable.idempotence": True}))
+    try:
+        for i, value in enumerate(values):
+            producer.produce(topic, value=value, key=None if keys is None else keys[i])
+        assert producer.flush(30) == 0
+    finally:
+        producer.close()
+
+
+# --- CLI: broker, topics, produce, consume -----------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def cli_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A private broker: `tsm topics create` uses the fixed tsm topic names."""
+    with EmbeddedBroker(data_dir=tmp_path_factory.mktemp("cli-broker")) as broker:
+        yield broker.bootstrap
+
+
+def test_broker_start_status_stop(tmp_path: Path, bootstrap: str) -> None:
+    data_dir, port = str(tmp_path / "broker"), free_port()
+    started = tsm("broker", "start", "--port", str(port), "--data-dir", data_dir)
+    assert started.returncode == 0, started.stderr
+    try:
+        assert started.stdout.decode().strip() == f"localhost:{port}"
+        status = tsm("broker", "status", "--data-dir", data_dir)
+        assert status.returncode == 0
+        assert f"running localhost:{port}" in status.stdout.decode()
+        again = tsm("broker", "start", "--port", str(port), "--data-dir", data_dir)
+        assert again.returncode == 0 and again.stdout.decode().strip() == f"localhost:{port}"
+        # Another data dir on a taken port: a clear error, not a hang.
+        taken = bootstrap.rsplit(":", 1)[1]
+        clash = tsm("broker", "start", "--port", taken, "--data-dir", str(tmp_path / "other"))
+        assert clash.returncode != 0
+        assert f"port {taken} is already in use" in clash.stderr.decode()
+    finally:
+        stopped = tsm("broker", "stop", "--data-dir", data_dir)
+    assert stopped.returncode == 0, stopped.stderr
+    status = tsm("broker", "status", "--data-dir", data_dir)
+    assert status.returncode == 1 and "not running" in status.stdout.decode()
+    assert (tmp_path / "broker" / "kafka.json").exists()  # SIGTERM saved the data
+
+
+def test_topics_create_is_idempotent(cli_bootstrap: str) -> None:
+    from confluent_kafka.admin import AdminClient, ConfigResource
+
+    first = tsm("topics", "create", "--bootstrap", cli_bootstrap, "--partitions", "3")
+    assert first.returncode == 0, first.stderr
+    second = tsm("topics", "create", "--bootstrap", cli_bootstrap, "--partitions", "3")
+    assert second.returncode == 0, second.stderr
+    assert second.stderr.decode().count("exists") == 5
+    admin = AdminClient(confluent_config(cli_bootstrap))
+    topics = admin.list_topics(timeout=10).topics
+    for name in ("tsm.subscriptions", "tsm.profiles", "tsm.matches", "tsm.deadletter"):
+        assert len(topics[name].partitions) == 3
+    resource = ConfigResource(ConfigResource.Type.TOPIC, "tsm.profiles")
+    config = admin.describe_configs([resource])[resource].result()
+    assert config["retention.ms"].value == "-1"
+
+
+def test_unreachable_broker_is_a_clear_error() -> None:
+    result = tsm("consume", "matches", "--bootstrap", f"localhost:{free_port()}", "--timeout", "1")
+    assert result.returncode == 2
+    assert "no Kafka broker answers" in result.stderr.decode()
+
+
+def test_produce_consume_round_trip(cli_bootstrap: str, tmp_path: Path) -> None:
+    from kafka import KafkaConsumer, TopicPartition
+
+    assert tsm("topics", "create", "--bootstrap", cli_bootstrap).returncode == 0
+    good = [
+        json.dumps({"op": "publish", "id": f"p{i}", "space": f"space-{i % 3}"}).encode()
+        for i in range(30)
+    ]
+    bad = [b"not json", b'{"op": "publish", "id": "\xff\xfe"}', b'["no", "space"]']
+    path = tmp_path / "profiles.jsonl"
+    path.write_bytes(b"\n".join(good[:15] + bad) + b"\n\n" + b"\r\n".join(good[15:]) + b"\r\n")
+
+    result = tsm("produce", "profiles", str(path), "--bootstrap", cli_bootstrap)
+    assert result.returncode == 0, result.stderr
+    assert "produced 33 records to tsm.profiles" in result.stderr.decode()
+    from_stdin = tsm("produce", "profiles", "-", "--bootstrap", cli_bootstrap, stdin=good[0])
+    assert from_stdin.returncode == 0, from_stdin.stderr
+
+    # kafka-python as a second, independent client: values unchanged, keyed by space.
+    consumer = KafkaConsumer(**kafka_python_config(cli_bootstrap), enable_auto_commit=False)
+    try:
+        consumer.assign(
+            [
+                TopicPartition("tsm.profiles", p)
+                for p in consumer.partitions_for_topic("tsm.profiles")
+            ]
+        )
+        consumer.seek_to_beginning()
+        records = []
+        deadline = time.monotonic() + 30
+        while len(records) < 34 and time.monotonic() < deadline:
+            for batch in consumer.poll(timeout_ms=500).values():
+                records.extend(batch)
+    finally:
+        consumer.close()
+    assert sorted(r.value for r in records) == sorted(good + bad + good[:1])
+    partition_of_space: dict[bytes, set[int]] = {}
+    for r in records:
+        expected_key = json.loads(r.value)["space"].encode() if r.value in good else None
+        assert r.key == expected_key
+        partition_of_space.setdefault(r.key, set()).add(r.partition)
+    assert all(len(ps) == 1 for key, ps in partition_of_space.items() if key is not None)
+
+    # `tsm consume`: one JSON line per record; non-JSON values as JSON strings.
+    shown = tsm(
+        "consume", "matches", "--bootstrap", cli_bootstrap, "--topic", "tsm.profiles",
+        "--from-beginning", "--max", "34",
+    )  # fmt: skip
+    assert shown.returncode == 0, shown.stderr
+    lines = shown.stdout.decode().splitlines()
+    assert len(lines) == 34
+    parsed = [json.loads(line) for line in lines]
+    assert sum(isinstance(p, dict) and "space" in p for p in parsed) == 31
+    assert "not json" in parsed
+
+
+def test_consume_read_committed_and_timeout(cli_bootstrap: str) -> None:
+    from confluent_kafka import Producer
+
+    assert tsm("topics", "create", "--bootstrap", cli_bootstrap).returncode == 0
+    producer = Producer(confluent_config(cli_bootstrap, required={"transactional.id": "t-test"}))
+    try:
+        producer.init_transactions(10)
+        for outcome in ("aborted", "committed"):
+            producer.begin_transaction()
+            for i in range(3):
+                producer.produce("tsm.deadletter", value=json.dumps({outcome: i}).encode())
+            if outcome == "aborted":
+                producer.flush(10)  # on the broker, not just purged from the local queue
+                producer.abort_transaction(10)
+            else:
+                producer.commit_transaction(10)
+    finally:
+        producer.close()
+    args = ["consume", "deadletter", "--bootstrap", cli_bootstrap, "--from-beginning"]
+    committed = tsm(*args, "--read-committed", "--timeout", "1")
+    assert committed.returncode == 0, committed.stderr
+    assert [json.loads(x) for x in committed.stdout.decode().splitlines()] == [
+        {"committed": i} for i in range(3)
+    ]
+    everything = tsm(*args, "--timeout", "1")
+    assert len(everything.stdout.decode().splitlines()) == 6
+
+
+# --- Spark source ------------------------------------------------------------------------
+
+
+def run_available_now(stream, checkpoint: Path, on_batch=None) -> list[list[tuple]]:
+    """Run `stream` to the end of the data present now; return each batch's rows."""
+    batches: list[list[tuple]] = []
+
+    def collect(df, batch_id: int) -> None:
+        rows = [(r.topic, r.partition, r.offset, r.value) for r in df.collect()]
+        if on_batch is not None:
+            on_batch(batch_id, rows)
+        batches.append(rows)
+
+    query = (
+        stream.writeStream.foreachBatch(collect)
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    try:
+        query.awaitTermination(120)
+    finally:
+        query.stop()
+    return batches
+
+
+def test_source_reads_each_record_once_across_restarts(
+    spark, bootstrap: str, new_topic, tmp_path: Path
+) -> None:
+    from connectors.kafka_source import SCHEMA, read_stream
+
+    topics = [new_topic("src-a", partitions=3), new_topic("src-b", partitions=2)]
+
+    def produce_round(n: int, tag: str) -> set[bytes]:
+        values = {t: [f"{tag}-{t}-{i}".encode() for i in range(n)] for t in topics}
+        for t in topics:
+            produce(bootstrap, t, values[t], keys=[str(i).encode() for i in range(n)])
+        return {v for vs in values.values() for v in vs}
+
+    first = produce_round(300, "r1")
+    checkpoint = tmp_path / "checkpoint"
+    stream = read_stream(spark, bootstrap, topics, max_records_per_trigger=250)
+    assert stream.schema == SCHEMA
+
+    batches = run_available_now(stream, checkpoint)
+    assert [len(b) for b in batches] == [250, 250, 100]  # admission control, then the rest
+    rows = [r for b in batches for r in b]
+    assert sorted(r[3] for r in rows) == sorted(first)
+    assert len({(t, p, o) for t, p, o, _ in rows}) == len(rows)
+
+    # Restart after more data arrives; a batch fails once after reading:
+    # the re-run must read exactly the same offset ranges.
+    second = produce_round(200, "r2")
+    attempts: dict[int, list[tuple]] = {}
+
+    def fail_once(batch_id: int, rows: list[tuple]) -> None:
+        if batch_id not in attempts:
+            attempts[batch_id] = rows
+            if len(attempts) == 1:
+                raise RuntimeError("simulated crash")
+
+    with pytest.raises(Exception, match="simulated crash"):
+        run_available_now(stream, checkpoint, on_batch=fail_once)
+    [failed_rows] = attempts.values()
+    batches = run_available_now(stream, checkpoint, on_batch=fail_once)
+    assert sorted(batches[0]) == sorted(failed_rows)
+    rows = [r for b in batches for r in b]
+    assert sorted(r[3] for r in rows) == sorted(second)
+    assert all(len(b) <= 250 for b in batches)
+
+
+def test_source_starting_offsets_and_record_fields(
+    spark, bootstrap: str, new_topic, tmp_path: Path
+) -> None:
+    from confluent_kafka import Producer
+
+    from connectors.kafka_source import read_stream
+
+    topic = new_topic("src-fields", partitions=2)
+    producer = Producer(confluent_config(bootstrap))
+    try:
+        for i in range(10):
+            headers = [("h", b"\x00\x01"), ("empty", None)] if i == 0 else None
+            key = b"k" if i % 2 else None
+            producer.produce(topic, value=b"v%d" % i, key=key, partition=i % 2, headers=headers)
+        assert producer.flush(10) == 0
+    finally:
+        producer.close()
+    starting = json.dumps({topic: {"0": 2, "1": -2}})
+    stream = read_stream(spark, bootstrap, topic, starting_offsets=starting)
+    rows = []
+    query = (
+        stream.writeStream.foreachBatch(lambda df, _id: rows.extend(df.collect()))
+        .option("checkpointLocation", str(tmp_path / "cp"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination(120)
+    by_value = {r.value: r for r in rows}
+    assert sorted(by_value) == sorted([b"v%d" % i for i in range(1, 10, 2)] + [b"v4", b"v6", b"v8"])
+    odd = by_value[b"v1"]
+    assert (odd.key, odd.topic, odd.partition, odd.offset) == (b"k", topic, 1, 0)
+    assert odd.timestampType == 0 and odd.timestamp.year >= 2024 and odd.headers is None
+    assert by_value[b"v4"].key is None and by_value[b"v4"].offset == 2
+
+
+# --- Spark sink --------------------------------------------------------------------------
+
+
+def sink_frame(spark, topic: str, n: int, partitions: int = 2):
+    rows = [(topic, f"k{i % 5}".encode(), f"v{i}".encode()) for i in range(n)]
+    return spark.createDataFrame(rows, "topic string, key binary, value binary").repartition(
+        partitions
+    )
+
+
+def test_sink_idempotent_writes_every_record(spark, bootstrap: str, new_topic) -> None:
+    from connectors.kafka_sink import write_batch
+
+    topic = new_topic("sink-idem", partitions=3)
+    report = write_batch(sink_frame(spark, topic, 500), 0, bootstrap, query_name="idem")
+    assert report == {"written": 500, "skipped": 0}
+    values = sorted(m.value() for m in read_topic(bootstrap, topic))
+    assert values == sorted(f"v{i}".encode() for i in range(500))
+
+
+def test_sink_exactly_once_skips_a_rerun_batch(spark, bootstrap: str, new_topic) -> None:
+    from connectors.admin import create_topics
+    from connectors.config import SINK_COMMITS_TOPIC
+    from connectors.kafka_sink import write_batch
+
+    create_topics(bootstrap, {SINK_COMMITS_TOPIC: 1})
+    topic = new_topic("sink-eos", partitions=3)
+    df = sink_frame(spark, topic, 400).cache()
+    name = f"eos-{topic}"
+    assert write_batch(df, 5, bootstrap, query_name=name, exactly_once=True) == {
+        "written": 400,
+        "skipped": 0,
+    }
+    rerun = write_batch(df, 5, bootstrap, query_name=name, exactly_once=True)
+    assert rerun == {"written": 0, "skipped": 2}
+    assert write_batch(df, 6, bootstrap, query_name=name, exactly_once=True)["written"] == 400
+    values = sorted(m.value() for m in read_topic(bootstrap, topic))
+    assert values == sorted([f"v{i}".encode() for i in range(400)] * 2)  # batches 5 and 6
+
+
+def test_sink_exactly_once_aborts_a_failed_attempt(bootstrap: str, new_topic) -> None:
+    import pyarrow as pa
+
+    from connectors.admin import create_topics
+    from connectors.config import SINK_COMMITS_TOPIC
+    from connectors.kafka_sink import write_exactly_once
+
+    create_topics(bootstrap, {SINK_COMMITS_TOPIC: 1})
+    topic = new_topic("sink-abort", partitions=1)
+    batch = pa.RecordBatch.from_pylist(
+        [{"topic": topic, "key": None, "value": f"v{i}".encode()} for i in range(50)]
+    )
+
+    def dies_midway() -> Iterator[pa.RecordBatch]:
+        yield batch
+        time.sleep(1)  # the records reach the broker inside the open transaction
+        raise RuntimeError("task killed")
+
+    config = confluent_config(bootstrap)
+    with pytest.raises(RuntimeError, match="task killed"):
+        write_exactly_once(config, dies_midway(), "abort", "q1", 0, 3)
+    assert write_exactly_once(config, iter([batch]), "abort", "q1", 0, 3) == (50, False)
+    assert write_exactly_once(config, iter([batch]), "abort", "q1", 0, 3) == (0, True)
+    assert len(read_topic(bootstrap, topic, read_committed=True)) == 50
+    assert len(read_topic(bootstrap, topic, read_committed=False)) == 100  # the aborted try
+
+
+@pytest.mark.parametrize("exactly_once", [True, False], ids=["exactly-once", "idempotent"])
+def test_pipeline_crash_after_sink_commit(
+    spark, bootstrap: str, new_topic, tmp_path: Path, exactly_once: bool
+) -> None:
+    """Source → sink; the driver dies after the sink wrote batch 1 but before Spark
+    committed it. On restart Spark re-runs batch 1: exactly-once writes it once."""
+    from pyspark.sql import functions as F
+
+    from connectors.kafka_sink import foreach_batch_writer
+    from connectors.kafka_source import read_stream
+
+    source, sink = new_topic("pipe-in", partitions=2), new_topic("pipe-out", partitions=2)
+    produce(bootstrap, source, [f"r{i}".encode() for i in range(300)])
+    stream = read_stream(spark, bootstrap, source, max_records_per_trigger=100).select(
+        F.lit(sink).alias("topic"), "key", "value"
+    )
+    write = foreach_batch_writer(bootstrap, f"pipe-{sink}", exactly_once=exactly_once)
+    crashed = []
+
+    def write_then_crash(df, batch_id: int) -> None:
+        write(df, batch_id)
+        if batch_id == 1 and not crashed:
+            crashed.append(batch_id)
+            raise RuntimeError("driver died before the batch commit")
+
+    def run() -> None:
+        query = (
+            stream.writeStream.foreachBatch(write_then_crash)
+            .option("checkpointLocation", str(tmp_path / "cp"))
+            .trigger(availableNow=True)
+            .start()
+        )
+        try:
+            query.awaitTermination(120)
+        finally:
+            query.stop()
+
+    with pytest.raises(Exception, match="driver died"):
+        run()
+    run()
+    values = [m.value() for m in read_topic(bootstrap, sink)]
+    expected = [f"r{i}".encode() for i in range(300)]
+    if exactly_once:
+        assert sorted(values) == sorted(expected)
+    else:  # at least once: batch 1 (100 records) written twice
+        assert sorted(set(values)) == sorted(expected) and len(values) == 400
