@@ -1,0 +1,212 @@
+"""The covering forests of the DoubleForest (SEMANTICS §7): structure after
+random insert/delete sequences, shared nodes, splicing."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from matcher.constraints import conjunction_of
+from matcher.double_forest import DoubleForest
+from matcher.forest import ROOT, Forest
+from matcher.profiles import Profile
+from matcher.where import parse_where
+from tests import oracle
+
+OPEN = float("inf")
+
+
+def conj(text: str):
+    (atoms,) = parse_where(text)
+    return conjunction_of(atoms)
+
+
+def structure(forest: Forest, covers) -> None:
+    """Every invariant of §7, checked by walking the forest from its roots.
+
+    `covers(a, b)` is the oracle's covering on the keys.
+    """
+    live = {node: key for node, key in enumerate(forest.keys) if key is not None}
+    assert len(forest.by_key) == len(live) == len(set(live.values())), "a key has two nodes"
+    seen, parent_of = set(), {}
+    frontier = [(ROOT, int(r)) for r in forest.roots()]
+    while frontier:
+        parent, node = frontier.pop()
+        assert node not in seen, f"node {node} is reached twice"
+        seen.add(node)
+        parent_of[node] = parent
+        frontier += [(node, int(k)) for k in forest.kids(node)]
+    assert seen == set(live), "some node is not reachable from the roots"
+    for node, parent in parent_of.items():
+        assert forest.entries.size(node) > 0, f"node {node} has no entries"
+        if parent != ROOT:
+            assert covers(live[parent], live[node]), f"parent {parent} does not cover {node}"
+        else:
+            assert not any(
+                covers(key, live[node]) for other, key in live.items() if other != node
+            ), f"root {node} is covered by another node"
+
+
+# Keys of the filter forest mapped back to atoms, so that the oracle decides covering.
+# The generated filters use numbers and booleans only, where Conjunction's covering
+# is claimed complete, so that the root set must be exactly the minimal cover set.
+@settings(max_examples=60, deadline=None, print_blob=True)
+@given(
+    st.lists(
+        st.tuples(
+            st.booleans(),  # add (True) or remove an existing one
+            st.lists(
+                oracle.conjunctions(types=("num", "bool"), max_size=2), min_size=1, max_size=2
+            ),
+            oracle.profile_attrs(types=("num", "bool")),
+            st.integers(0, 1000),
+        ),
+        min_size=1,
+        max_size=30,
+    )
+)
+def test_random_inserts_and_deletes_keep_the_forests_ordered(steps):
+    df = DoubleForest()
+    atoms_of, attrs_of = {}, {}
+    subs, profiles = {}, {}  # slot -> conjunctions / Profile
+    for add, dnf, attrs, pick in steps:
+        if add:
+            conjs = {}
+            for atoms in dnf:
+                c = conjunction_of(atoms)
+                if c is not None:
+                    atoms_of.setdefault(c, atoms)
+                    conjs[c] = None
+            subs[df.add_subscription(pick, list(conjs), False, 0, OPEN)] = list(conjs)
+            p = Profile(attrs)
+            attrs_of[p] = {n: oracle.profile_value(v) for n, v in attrs.items()}
+            profiles[df.add_profile(pick, p, 0, OPEN)] = p
+        else:
+            if subs:
+                slot = sorted(subs)[pick % len(subs)]
+                df.remove_subscription(slot)
+                del subs[slot]
+            if profiles:
+                slot = sorted(profiles)[pick % len(profiles)]
+                df.remove_profile(slot)
+                del profiles[slot]
+        df.check_invariants()
+        structure(df.sub_forest, lambda a, b: oracle.filter_covers(atoms_of[a], atoms_of[b]))
+        structure(df.profile_forest, lambda a, b: oracle.profile_covers(attrs_of[a], attrs_of[b]))
+        # entries: each held disjunct sits on the node of its filter
+        held = sorted(c for conjs in subs.values() for c in map(repr, conjs))
+        nodes = [
+            df.sub_forest.keys[df.sub_forest.node_of(e)] for s in subs for e in df.sub_entries[s]
+        ]
+        assert sorted(map(repr, nodes)) == held
+        assert sorted(map(repr, profiles.values())) == sorted(
+            repr(df.profile_forest.keys[df.profile_forest.node_of(s)]) for s in profiles
+        )
+
+
+EQUIVALENT = [
+    ("x > 4 AND x <= 9", "x <= 9 AND x > 4"),
+    ("x IN (1)", "x = 1"),
+    ("x BETWEEN 3 AND 3", "x = 3"),
+    ("x >= 5 AND x >= 3", "x >= 5"),
+    ("x >= 1 AND x <= 1", "x = 1"),
+    ("b != TRUE", "b = FALSE"),
+    ("b IN (TRUE, FALSE) AND b != FALSE", "b = TRUE"),
+    ("x != 7 AND x < 5", "x < 5"),
+    ("s LIKE 'ab%' AND s LIKE 'a%'", "s LIKE 'ab%'"),
+    ("x = 1 AND y = 2", "y = 2 AND x = 1"),
+]
+
+
+@pytest.mark.parametrize(("a", "b"), EQUIVALENT)
+def test_equivalent_filters_share_a_node(a, b):
+    assert conj(a) == conj(b)
+    df = DoubleForest()
+    s1 = df.add_subscription("s1", [conj(a)], False, 0, OPEN)
+    s2 = df.add_subscription("s2", [conj(b)], True, 0, OPEN)
+    assert len(df.sub_forest) == 1
+    (node,) = df.sub_forest.roots()
+    assert df.sub_forest.entries.size(int(node)) == 2
+    df.remove_subscription(s1)
+    assert len(df.sub_forest) == 1
+    df.remove_subscription(s2)
+    assert len(df.sub_forest) == 0
+    df.check_invariants()
+
+
+@pytest.mark.parametrize(
+    ("a", "b"), [("x >= 0 AND x != 3", "x >= 0"), ("x < 5", "x <= 5"), ("x = 1", "x IN (1, 2)")]
+)
+def test_different_filters_get_different_nodes(a, b):
+    assert conj(a) != conj(b)
+    df, _ = _forest(a, b)
+    assert len(df.sub_forest) == 2
+    assert parent(df, a) == repr(conj(b))  # the narrower one below the wider one
+
+
+def test_equal_profiles_share_a_node():
+    df = DoubleForest()
+    df.add_profile("p1", Profile({"x": 5, "s": "a"}), 0, OPEN)
+    df.add_profile("p2", Profile({"x": [5, 5.0], "s": "a"}), 0, OPEN)
+    assert len(df.profile_forest) == 1
+
+
+def _forest(*texts: str) -> tuple[DoubleForest, dict[str, int]]:
+    df = DoubleForest()
+    slots = {t: df.add_subscription(t, [conj(t)], False, 0, OPEN) for t in texts}
+    return df, slots
+
+
+def parent(df: DoubleForest, text: str) -> str | None:
+    f = df.sub_forest
+    p = f.children.owner_of(f.by_key[conj(text)])
+    return None if p == ROOT else repr(f.keys[p])
+
+
+R1, R2 = "x BETWEEN 0 AND 10", "x BETWEEN 5 AND 20"
+C, D = "x BETWEEN 6 AND 9", "x BETWEEN 1 AND 2"  # C under both roots, D under R1 only
+
+
+def test_splice_at_root_level_places_children_among_the_other_roots():
+    df, slots = _forest(R1, R2, C, D)
+    assert parent(df, D) == repr(conj(R1))
+    assert parent(df, C) in (repr(conj(R1)), repr(conj(R2)))
+    first = R1 if parent(df, C) == repr(conj(R1)) else R2
+    df.remove_subscription(slots[first])
+    df.check_invariants()
+    other = R2 if first == R1 else R1
+    assert parent(df, C) == repr(conj(other))  # covered by the other root: not a root
+    if first == R1:
+        assert parent(df, D) is None  # covered by no root any more
+    assert {repr(df.sub_forest.keys[int(r)]) for r in df.sub_forest.roots()} >= {repr(conj(other))}
+
+
+def test_splice_inside_a_tree_gives_the_children_to_the_parent():
+    df, slots = _forest("x < 100", "x < 50", "x < 10", "x BETWEEN 20 AND 30")
+    assert parent(df, "x < 10") == repr(conj("x < 50"))
+    df.remove_subscription(slots["x < 50"])
+    df.check_invariants()
+    assert parent(df, "x < 10") == repr(conj("x < 100"))
+    assert parent(df, "x BETWEEN 20 AND 30") == repr(conj("x < 100"))
+
+
+def test_a_new_node_adopts_the_siblings_it_covers():
+    df, _ = _forest("x BETWEEN 1 AND 2", "x BETWEEN 3 AND 4", "y = 1", "x < 10")
+    assert parent(df, "x BETWEEN 1 AND 2") == repr(conj("x < 10"))
+    assert parent(df, "x BETWEEN 3 AND 4") == repr(conj("x < 10"))
+    assert parent(df, "y = 1") is None
+    assert len(df.sub_forest.roots()) == 2
+    df.check_invariants()
+
+
+def test_profiles_with_different_attribute_sets_never_share_a_tree():
+    df = DoubleForest()
+    df.add_profile("a", Profile({"x": [0, 10]}), 0, OPEN)
+    df.add_profile("b", Profile({"x": [1, 2], "y": 1}), 0, OPEN)
+    df.add_profile("c", Profile({"x": [1, 2]}), 0, OPEN)
+    f = df.profile_forest
+    assert len(f.roots()) == 2
+    assert (
+        f.children.owner_of(f.by_key[Profile({"x": [1, 2]})]) == f.by_key[Profile({"x": [0, 10]})]
+    )

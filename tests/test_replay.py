@@ -1,0 +1,122 @@
+"""`tsm replay` end to end, as a user runs it (a subprocess)."""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+from tests import oracle
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "examples"
+
+
+TSM = Path(sys.executable).with_name("tsm")  # the installed entry point, as a user runs it
+
+
+def replay(*args: str | Path) -> subprocess.CompletedProcess:
+    cmd = [str(TSM), "replay", *map(str, args)]
+    return subprocess.run(cmd, cwd=ROOT, capture_output=True, timeout=120)
+
+
+def example_args(subs=EXAMPLES / "subscriptions.jsonl", profs=EXAMPLES / "profiles.jsonl"):
+    return ["--subscriptions", subs, "--profiles", profs]
+
+
+def test_examples_to_stdout_twice_byte_identical():
+    first, second = replay(*example_args()), replay(*example_args())
+    assert first.returncode == 0, first.stderr.decode()
+    assert first.stdout == second.stdout and first.stderr == second.stderr
+    records = [json.loads(line) for line in first.stdout.splitlines()]
+    assert records and all(r["match_id"] for r in records)
+    assert {"match", "unmatch"} <= {r["event"] for r in records}
+    # the dead letters (the broken where, the NaN) go to stderr by default
+    dead = [json.loads(line) for line in first.stderr.splitlines() if line.startswith(b"{")]
+    where = {(Path(d["source"]["file"]).name, d["source"]["line"]) for d in dead}
+    assert where == {("subscriptions.jsonl", 6), ("profiles.jsonl", 6)}
+    assert any("column" in d["reason"] for d in dead)
+    assert b"match records" in first.stderr
+
+
+def test_out_and_dead_letter_files(tmp_path):
+    out, dead = tmp_path / "m.jsonl", tmp_path / "d.jsonl"
+    done = replay(*example_args(), "--out", out, "--dead-letter", dead)
+    assert done.returncode == 0, done.stderr.decode()
+    assert done.stdout == b""
+    assert out.read_bytes() == replay(*example_args()).stdout
+    letters = [json.loads(line) for line in dead.read_text().splitlines()]
+    assert len(letters) == 2
+    assert {Path(d["source"]["file"]).name for d in letters} == {
+        "subscriptions.jsonl",
+        "profiles.jsonl",
+    }
+    assert all(d["reason"] and d["raw"] for d in letters)
+
+
+def test_missing_file_is_an_error(tmp_path):
+    done = replay(*example_args(subs=tmp_path / "nope.jsonl"))
+    assert done.returncode != 0
+    assert b"no such file" in done.stderr and b"nope.jsonl" in done.stderr
+    assert b"Traceback" not in done.stderr
+
+
+def _generated(tmp_path: Path, seed: int) -> tuple[Path, Path, list]:
+    rng = random.Random(seed)
+    base, subs, profs = 1_700_000_000_000, [], []
+    texts = [
+        "x < 5",
+        "x BETWEEN 2 AND 8 AND s LIKE 'b%'",
+        "b = TRUE OR y >= 3",
+        "TRUE",
+        "s != 'bus'",
+    ]
+    for i in range(150):
+        ts = base + rng.randrange(0, 500)
+        if rng.random() < 0.4:
+            rec = {"op": "subscribe", "id": f"s{rng.randrange(8)}", "space": rng.choice("AB")}
+            rec |= {"subscriber": "u", "where": rng.choice(texts), "ts": ts}
+            rec |= {
+                "relation": rng.choice(["overlaps", "covers"]),
+                "valid_to": ts + rng.randrange(300),
+            }
+            subs.append(rec)
+        elif rng.random() < 0.1:
+            subs.append({"op": "unsubscribe", "id": f"s{rng.randrange(8)}", "space": "A", "ts": ts})
+        else:
+            lo = rng.randrange(10)
+            attrs = {"x": [lo, lo + rng.randrange(4)], "s": rng.choice(["bus", "boat"])}
+            attrs |= {"b": rng.random() < 0.5} if rng.random() < 0.5 else {"y": rng.randrange(6)}
+            rec = {"op": "publish", "id": f"p{rng.randrange(8)}", "space": rng.choice("AB")}
+            profs.append(
+                rec | {"attrs": attrs, "ts": ts, "valid_to": ts + rng.randrange(100), "payload": i}
+            )
+    paths = tmp_path / "subs.jsonl", tmp_path / "profs.jsonl"
+    for path, records in zip(paths, (subs, profs), strict=True):
+        path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    items = [("subscription", r, (0, n)) for n, r in enumerate(subs, 1)]
+    items += [("profile", r, (0, n)) for n, r in enumerate(profs, 1)]
+    return *paths, items
+
+
+def test_generated_file_twice_identical_and_equal_to_the_oracle(tmp_path):
+    subs, profs, items = _generated(tmp_path, seed=7)
+    first, second = replay(*example_args(subs, profs)), replay(*example_args(subs, profs))
+    assert first.returncode == 0, first.stderr.decode()
+    assert first.stdout == second.stdout and first.stdout
+    got = [json.loads(line) for line in first.stdout.splitlines()]
+    expected, late = oracle.OracleEngine().process_batch(items)
+    assert late == []
+    assert oracle.by_pair(got) == oracle.by_pair(expected)
+
+
+def test_batches_and_lateness(tmp_path):
+    subs, profs, _ = _generated(tmp_path, seed=11)
+    args = [*example_args(subs, profs), "--batch-lines", "20", "--lateness", "50"]
+    first, second = replay(*args), replay(*args)
+    assert first.returncode == 0, first.stderr.decode()
+    assert first.stdout == second.stdout and first.stderr == second.stderr
+    dead = [json.loads(line) for line in first.stderr.splitlines() if line.startswith(b"{")]
+    assert dead and all(d["reason"].startswith("late:") for d in dead)
