@@ -15,8 +15,10 @@ checkpoint, and a range is read by offset, never by consumer-group position.
 Options: `subscribe` (comma-separated topics), `kafka.bootstrap.servers` and
 any other `kafka.<librdkafka setting>`, `startingOffsets` (`earliest`,
 `latest` (default, like Spark) or JSON like `{"t":{"0":23,"1":-2}}`),
-`maxRecordsPerTrigger`, `pollTimeoutMs` (how long a task may wait for
-records it knows exist; default 120000, like Spark's).
+`maxRecordsPerTrigger`, `kafkaConsumer.pollTimeoutMs` (how long a task may
+wait for records it knows exist; default 120000, as in Spark). A range whose
+records were deleted (retention) fails the query, like Spark's default
+`failOnDataLoss=true`.
 
 Transactions: librdkafka reads `read_committed` by default, so the planner
 sees the last stable offset and tasks skip aborted records and transaction
@@ -123,7 +125,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.max_rows = int(limit) if limit is not None else None
         if self.max_rows is not None and self.max_rows < 1:
             raise ValueError("maxRecordsPerTrigger must be at least 1")
-        self.poll_timeout = int(options.get("pollTimeoutMs", "120000")) / 1000
+        self.poll_timeout = int(options.get("kafkaConsumer.pollTimeoutMs", "120000")) / 1000
         self._planner = None  # confluent_kafka.Consumer, driver only
         self._target: dict[tuple[str, int], int] | None = None  # Trigger.AvailableNow
         self._latest: off.Offsets | None = None
@@ -237,7 +239,7 @@ def read_range(
             if position < part.end and time.monotonic() > deadline:
                 raise TimeoutError(
                     f"{part.topic}-{part.partition}: offsets {position}..{part.end} not readable "
-                    f"within {poll_timeout:g}s (pollTimeoutMs)"
+                    f"within {poll_timeout:g}s (kafkaConsumer.pollTimeoutMs)"
                 )
     finally:
         consumer.close()

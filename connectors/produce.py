@@ -58,7 +58,13 @@ def produce_lines(
         confluent_config(
             bootstrap,
             options,
-            required={"enable.idempotence": True, "acks": "all", "linger.ms": 20},
+            required={
+                "enable.idempotence": True,
+                "acks": "all",
+                "linger.ms": 20,
+                # A key gets the partition Java clients would give it.
+                "partitioner": "murmur2_random",
+            },
         )
     )
     failures: list[str] = []
