@@ -106,11 +106,15 @@ def wait_ready(
 
 
 def _log_tail(log_path: Path, limit: int = 10) -> str:
+    """The end of the broker's output, without the known warning, with a hint where we have one."""
     try:
         lines = log_path.read_text(errors="replace").splitlines()
     except OSError:
         return ""
-    return "\n".join(line for line in lines[-limit:] if _HARMLESS not in line)
+    tail = "\n".join(line for line in lines[-limit:] if _HARMLESS not in line)
+    if "GLIBC" in tail:
+        tail += "\nhint: noida-db needs glibc >= 2.34 (ldd --version shows this system's)"
+    return tail
 
 
 def _is_noida(pid: int) -> bool:
