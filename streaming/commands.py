@@ -8,6 +8,7 @@ StackOverflowError), and what a batch wrote is committed with its offsets.
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 import threading
@@ -87,9 +88,13 @@ def run(config: Any, master: str, available_now: bool) -> int:
     from pyspark.sql import SparkSession
 
     from streaming import job
-    from streaming.listener import Counters, ProgressLogger
+    from streaming.listener import Counters, ProgressLogger, live_counts
 
+    # Every Python worker (the data source's too, which reads only the
+    # environment) must run this interpreter, which has the project installed.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder.master(master).appName(f"tsm run ({config.query_name})")
+    builder = builder.config("spark.ui.showConsoleProgress", "false")  # stderr is the batch log
     for key, value in job.session_settings(config).items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
@@ -97,17 +102,22 @@ def run(config: Any, master: str, available_now: bool) -> int:
     ui = spark.sparkContext.uiWebUrl
     print(f"tsm run: query {config.query_name!r}; Spark UI at {ui or '(disabled)'}", flush=True)
     metrics = spark.sparkContext.accumulator({}, Counters())
-    spark.streams.addListener(ProgressLogger(config.query_name, metrics))
+    listener = ProgressLogger(config.query_name, metrics, live_counts(spark, config.checkpoint))
+    spark.streams.addListener(listener)
     stop = _StopFlag()
     try:
         query = job.start(spark, config, metrics, available_now=available_now)
+        _wait(query, stop)
+        error = query.exception()
     except ValueError as exc:
         raise CliError(str(exc)) from None
-    try:
-        _wait(query, stop)
     finally:
         stop.restore()
-    error = query.exception()
+        # Let the last progress events reach the listener, then detach it, so that
+        # the JVM does not call back into a Python process that is exiting.
+        spark.sparkContext._jsc.sc().listenerBus().waitUntilEmpty()
+        spark.streams.removeListener(listener)
+        spark.stop()
     if error is not None:
         print(f"tsm run: the query failed: {error}", file=sys.stderr)
         return 1

@@ -39,13 +39,6 @@ def session_settings(config: JobConfig) -> dict[str, str]:
     }
 
 
-def create_session(config: JobConfig, app_name: str = "tsm") -> SparkSession:
-    builder = SparkSession.builder.appName(app_name)
-    for key, value in session_settings(config).items():
-        builder = builder.config(key, value)
-    return builder.getOrCreate()
-
-
 def matched_stream(spark: SparkSession, config: JobConfig, metrics: Any) -> DataFrame:
     """The output rows `topic, key, value` of the job, before the sink."""
     from connectors.kafka_source import read_stream

@@ -3,15 +3,16 @@
 Spark's progress reports rows and state-store sizes; what only the
 processor knows (matches, dead letters, late records, cache hits, timers)
 travels back in one accumulator of counters, which the driver reads after
-each batch and reports as the batch's difference.
+each batch and reports as the batch's difference. The live subscription and
+profile counts are gauges: the processor sends their changes, and the
+starting point is summed from the checkpoint's state (`live_counts`).
 """
 
 from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable
-from typing import Any, TextIO
+from typing import Any
 
 from pyspark.accumulators import AccumulatorParam
 from pyspark.sql.streaming import StreamingQueryListener
@@ -26,9 +27,8 @@ COUNTERS = (
     "cache_hits",
     "cache_misses",
     "snapshots",
-    "subscriptions",
-    "profiles",
 )
+GAUGES = ("subscriptions", "profiles")
 
 
 class Counters(AccumulatorParam):
@@ -43,8 +43,27 @@ class Counters(AccumulatorParam):
         return value1
 
 
-def batch_summary(progress: dict[str, Any], counters: dict[str, int]) -> dict[str, Any]:
-    """One flat record of a batch: Spark's progress plus this batch's counters."""
+def live_counts(spark: Any, checkpoint: str) -> dict[str, int]:
+    """Held subscriptions and profiles in the checkpoint's last committed state (0s if none).
+
+    Reads the processor's `meta` state variable with Spark's state data source.
+    """
+    from pathlib import Path
+
+    if not any(Path(checkpoint, "commits").glob("[0-9]*")):
+        return dict.fromkeys(GAUGES, 0)
+    state = spark.read.format("statestore").option("stateVarName", "meta").load(checkpoint)
+    row = state.selectExpr(
+        "coalesce(sum(value.subs), 0) AS subscriptions",
+        "coalesce(sum(value.profiles), 0) AS profiles",
+    ).first()
+    return {name: int(row[name]) for name in GAUGES}
+
+
+def batch_summary(
+    progress: dict[str, Any], counters: dict[str, int], live: dict[str, int]
+) -> dict[str, Any]:
+    """One flat record of a batch: Spark's progress, this batch's counters, the live gauges."""
     state = progress.get("stateOperators") or [{}]
     hits, misses = counters.get("cache_hits", 0), counters.get("cache_misses", 0)
     return {
@@ -56,29 +75,27 @@ def batch_summary(progress: dict[str, Any], counters: dict[str, int]) -> dict[st
         "watermark": (progress.get("eventTime") or {}).get("watermark"),
         **{name: counters.get(name, 0) for name in COUNTERS},
         "cache_hit_rate": round(hits / (hits + misses), 3) if hits + misses else None,
+        **{f"live_{name}": live.get(name, 0) for name in GAUGES},
         "state_rows": sum(op.get("numRowsTotal", 0) for op in state),
         "state_bytes": sum(op.get("memoryUsedBytes", 0) for op in state),
     }
 
 
 class ProgressLogger(StreamingQueryListener):
-    """Writes one JSON line per batch of the named query to `out` (stderr by default).
+    """Writes one JSON line per batch of the named query to stderr.
 
-    `on_batch(summary)` is called after each line, e.g. to check a stop flag
-    or to collect the summaries in a test.
+    `live` is the gauges' starting point (`live_counts`).
     """
 
     def __init__(
         self,
         query_name: str,
         metrics: Any,
-        out: TextIO | None = None,
-        on_batch: Callable[[dict[str, Any]], None] | None = None,
+        live: dict[str, int] | None = None,
     ) -> None:
         self.query_name = query_name
         self.metrics = metrics
-        self.out = out or sys.stderr
-        self.on_batch = on_batch
+        self.live = dict(live or {})
         self._seen: dict[str, int] = {}
 
     def onQueryStarted(self, event: Any) -> None:
@@ -92,10 +109,8 @@ class ProgressLogger(StreamingQueryListener):
         total = dict(self.metrics.value)
         delta = {name: total.get(name, 0) - self._seen.get(name, 0) for name in total}
         self._seen = total
-        summary = batch_summary(progress, delta)
-        self._write(summary)
-        if self.on_batch is not None:
-            self.on_batch(summary)
+        live = {name: self.live.get(name, 0) + total.get(name, 0) for name in GAUGES}
+        self._write(batch_summary(progress, delta, live))
 
     def onQueryIdle(self, event: Any) -> None:
         pass
@@ -105,4 +120,4 @@ class ProgressLogger(StreamingQueryListener):
             self._write({"query": self.query_name, "failed": event.exception.splitlines()[0]})
 
     def _write(self, record: dict[str, Any]) -> None:
-        print(json.dumps(record, default=str), file=self.out, flush=True)
+        print(json.dumps(record, default=str), file=sys.stderr, flush=True)

@@ -4,7 +4,8 @@ State per key, in the RocksDB state store:
 
 - `meta`: a version token (random, rewritten on every change, so that a
   cached matcher is used only for the exact state it was built from), the
-  change-log length, and the event-time timer now registered;
+  change-log length, the event-time timer now registered, and the counts of
+  held subscriptions and profiles (read by `tsm run` at start for its gauges);
 - `snapshot`: `SpaceMatcher.dump()`, rewritten only when the log is compacted;
 - `log`: the held-set changes since the snapshot, `(kind, id) → record or
   null` (the latest change per id wins), written from `drain_changes()`, so
@@ -57,7 +58,9 @@ class MatchProcessor(StatefulProcessor):
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         self.handle = handle
-        self.meta = handle.getValueState("meta", "token long, log_len int, timer long")
+        self.meta = handle.getValueState(
+            "meta", "token long, log_len int, timer long, subs int, profiles int"
+        )
         self.snapshot = handle.getValueState("snapshot", "blob binary")
         self.log = handle.getMapState("log", "kind string, id string", "rec string")
 
@@ -111,7 +114,8 @@ class MatchProcessor(StatefulProcessor):
     # -- state ---------------------------------------------------------------
 
     def _meta(self) -> dict[str, Any]:
-        value = self.meta.get()
+        # exists() first: get() of an absent value logs a warning on the JVM side.
+        value = self.meta.get() if self.meta.exists() else None
         if value is None:
             return {"token": None, "log_len": 0, "timer": None}
         return {"token": value[0], "log_len": value[1], "timer": value[2]}
@@ -135,7 +139,7 @@ class MatchProcessor(StatefulProcessor):
         from matcher.engine import SpaceMatcher
         from matcher.records import from_state
 
-        snapshot = self.snapshot.get()
+        snapshot = self.snapshot.get() if self.snapshot.exists() else None
         if snapshot is not None:
             matcher = SpaceMatcher.load(snapshot[0])
         else:
@@ -172,7 +176,8 @@ class MatchProcessor(StatefulProcessor):
             self.log.clear()
             state_cache.drop(skey)
         else:
-            self.meta.update((meta["token"], meta["log_len"], meta["timer"]))
+            counts_held = (len(matcher.subs), len(matcher.profiles))
+            self.meta.update((meta["token"], meta["log_len"], meta["timer"], *counts_held))
             state_cache.put(skey, meta["token"], matcher)
         counts["subscriptions"] += len(matcher.subs)
         counts["profiles"] += len(matcher.profiles)
