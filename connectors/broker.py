@@ -138,10 +138,14 @@ def spawn(port: int, data_dir: Path, *, detach: bool) -> subprocess.Popen:
     """
     if port_in_use(port):
         raise BrokerError(f"port {port} is already in use; pick another with --port")
-    data_dir.mkdir(parents=True, exist_ok=True)
     command = [str(noida_binary()), "start", "--only", "kafka", "--kafka-port", str(port)]
     command += ["--data-dir", str(data_dir)]
-    with open(data_dir / LOG_FILE, "wb") as log:  # this run's log only
+    try:
+        data_dir.mkdir(parents=True, exist_ok=True)
+        log = open(data_dir / LOG_FILE, "wb")  # this run's log only
+    except OSError as exc:
+        raise BrokerError(f"cannot use data dir {data_dir}: {exc.strerror}") from None
+    with log:
         try:
             return subprocess.Popen(
                 command,

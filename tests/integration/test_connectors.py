@@ -217,6 +217,32 @@ def test_consume_read_committed_and_timeout(cli_bootstrap: str) -> None:
 # --- Spark source ------------------------------------------------------------------------
 
 
+def test_offset_planning() -> None:
+    """The source's offset arithmetic (pure; here because it is the source's contract)."""
+    from connectors import offsets as off
+
+    marks = {("a", 0): (0, 10), ("a", 1): (0, 3), ("b", 0): (5, 5), ("b", 1): (0, 100)}
+    start = off.starting_offsets("earliest", marks)
+    assert start == {"a": {"0": 0, "1": 0}, "b": {"0": 5, "1": 0}}
+    assert off.starting_offsets("latest", marks)["b"] == {"0": 5, "1": 100}
+    given = json.dumps({"a": {"0": -1, "1": 2}, "b": {"0": -2, "1": 7}})
+    assert off.starting_offsets(given, marks) == {"a": {"0": 10, "1": 2}, "b": {"0": 5, "1": 7}}
+    with pytest.raises(ValueError, match="every partition"):
+        off.starting_offsets(json.dumps({"a": {"0": 1}}), marks)
+
+    for limit in (1, 7, 57, 112, 113, 1000):
+        end = off.flatten(off.next_end(start, marks, limit))
+        taken = {tp: end[tp] - o for tp, o in off.flatten(start).items()}
+        assert sum(taken.values()) == min(limit, 113)
+        assert all(0 <= taken[tp] <= marks[tp][1] - off.flatten(start)[tp] for tp in taken)
+    # A new partition joins at its low watermark and is read from the next batch on.
+    grown = {**marks, ("c", 0): (4, 9)}
+    assert off.next_end(start, grown, None)["c"] == {"0": 4}
+    # Trigger.AvailableNow: nothing past the target, no partition born after it.
+    capped = off.cap(grown, {("a", 0): 9, ("a", 1): 2, ("b", 0): 5, ("b", 1): 99})
+    assert off.next_end(start, capped, None) == {"a": {"0": 9, "1": 2}, "b": {"0": 5, "1": 99}}
+
+
 def run_available_now(stream, checkpoint: Path, on_batch=None) -> list[list[tuple]]:
     """Run `stream` to the end of the data present now; return each batch's rows."""
     batches: list[list[tuple]] = []
