@@ -80,6 +80,10 @@ class BlockStore:
         self.owner[elem] = -1
         return lst
 
+    def index_of(self, elem: int) -> int:
+        """An element's position within its list."""
+        return int(self.slot[elem] - self.start[self.owner[elem]])
+
     def owner_of(self, elem: int) -> int:
         return int(self.owner[elem]) if elem < len(self.owner) else -1
 

@@ -19,6 +19,7 @@ from matcher.boxes import Dims
 
 ROOT = 0  # the list id of the root set; node ids start at 1
 WIDE = 32  # a child list this long is tested by broadcasting
+CHUNK = 1 << 15  # (query × child) matrix cells tested at once
 
 ExactTest = Callable[[int, int], tuple[bool, bool]]
 
@@ -42,9 +43,10 @@ class Forest:
         self.free: list[int] = []
         self.children = BlockStore()
         self.entries = BlockStore()
-        # Long child lists as contiguous (columns × children) blocks, built on
-        # first use and dropped when the list changes.
-        self._wide: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        # Long child lists (the root set above all) mirrored as contiguous
+        # (columns × children) bounds in the list's own order, kept up to date
+        # on every attach and detach, so scanning them is a brute-force scan.
+        self._wide: dict[int, _Mirror] = {}
         # Whether a descent must tell covering from overlapping for filter
         # nodes (False while no `covers` subscription is held: saves work).
         self.need_covers = True
@@ -112,12 +114,10 @@ class Forest:
         return node
 
     def _covering_child(self, parent: int, node: int) -> int | None:
-        kids = self.children.items(parent)
-        if not len(kids):
+        if not self.children.size(parent):
             return None
-        inside = self._contains(kids, node)
         key = self.keys[node]
-        for kid in kids[inside]:
+        for kid in self._contains(node, parent).tolist():
             if kid != node and self.covers(self.keys[kid], key):
                 return int(kid)
         return None
@@ -125,23 +125,46 @@ class Forest:
     def _attach(self, parent: int, kid: int) -> None:
         self.children.add(parent, kid)
         self.parent[kid] = parent
-        self._wide.pop(parent, None)
+        mirror = self._wide.get(parent)
+        if mirror is not None:
+            mirror.append(self.lo[:, kid], self.hi[:, kid])
 
     def _detach(self, kid: int) -> int:
+        index = self.children.index_of(kid)
         parent = self.children.remove(kid)
-        self._wide.pop(parent, None)
+        mirror = self._wide.get(parent)
+        if mirror is not None:
+            mirror.swap_remove(index)
         return parent
 
-    def _contains(self, outer: np.ndarray, node: int) -> np.ndarray:
-        """Which of the `outer` boxes contain the node's box (a necessary
-        condition of covering, tested before the exact `covers`)."""
-        lo, hi = self.lo, self.hi
-        return np.all((lo[:, outer] <= lo[:, node, None]) & (hi[:, node, None] <= hi[:, outer]), 0)
+    def _bounds_of_kids(self, node: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """A node's children and their bounds, (columns × children)."""
+        kids = self.children.items(node)
+        mirror = self._wide.get(node)
+        if mirror is None:
+            if len(kids) < WIDE:
+                return kids, self.lo[:, kids], self.hi[:, kids]
+            mirror = self._wide[node] = _Mirror(self.lo[:, kids], self.hi[:, kids])
+        return kids, mirror.lo[:, : mirror.n], mirror.hi[:, : mirror.n]
 
-    def _contained(self, inner: np.ndarray, node: int) -> np.ndarray:
-        """Which of the `inner` boxes lie inside the node's box."""
-        lo, hi = self.lo, self.hi
-        return np.all((lo[:, node, None] <= lo[:, inner]) & (hi[:, inner] <= hi[:, node, None]), 0)
+    def _contains(self, node: int, parent: int) -> np.ndarray:
+        """Which children of `parent` have a box containing the node's (a
+        necessary condition of covering, tested before the exact `covers`)."""
+        kids, lo, hi = self._bounds_of_kids(parent)
+        inside = np.ones(len(kids), dtype=bool)
+        for col in range(lo.shape[0]):
+            inside &= lo[col] <= self.lo[col, node]
+            inside &= self.hi[col, node] <= hi[col]
+        return kids[inside]
+
+    def _contained(self, node: int, parent: int) -> np.ndarray:
+        """Which children of `parent` have a box inside the node's."""
+        kids, lo, hi = self._bounds_of_kids(parent)
+        inside = np.ones(len(kids), dtype=bool)
+        for col in range(lo.shape[0]):
+            inside &= self.lo[col, node] <= lo[col]
+            inside &= hi[col] <= self.hi[col, node]
+        return kids[inside]
 
     def _place(self, node: int, start: int) -> None:
         """Descend from `start` into a node that covers this one until none
@@ -149,10 +172,9 @@ class Forest:
         at = start
         while (deeper := self._covering_child(at, node)) is not None:
             at = deeper
-        siblings = self.children.items(at)
-        if len(siblings):
+        if self.children.size(at):
             key = self.keys[node]
-            for sib in siblings[self._contained(siblings, node)].tolist():
+            for sib in self._contained(node, at).tolist():
                 if sib != node and self.covers(key, self.keys[sib]):
                     self._detach(sib)
                     self._attach(node, sib)
@@ -166,6 +188,7 @@ class Forest:
         for kid in orphans.tolist():
             self._detach(kid)
         self.children.release(node)
+        self._wide.pop(node, None)
         self.entries.release(node)
         del self.by_key[self.keys[node]]
         self.keys[node] = None
@@ -231,18 +254,24 @@ class Forest:
         return tuple(np.concatenate(arrays) for arrays in zip(*parts, strict=True))
 
     def _broadcast(self, node, qs, inherit, q_lo, q_hi, qaf):
-        """One node's children against some queries, as a (query × child)
-        matrix: one vector operation per comparison over all columns."""
-        block = self._wide.get(node)
-        if block is None:
-            kids = self.children.items(node).copy()
-            block = (kids, self.lo[:, kids][:, None, :], self.hi[:, kids][:, None, :])
-            if len(kids) >= WIDE:
-                self._wide[node] = block
-        kids, lo, hi = block
-        ov = ((q_lo[:, qs][:, :, None] <= hi) & (lo <= q_hi[:, qs][:, :, None])).all(axis=0)
-        ov |= inherit[:, None]
-        r, k = np.nonzero(ov)
+        """One node's children against some queries, as (query × child)
+        matrices, a chunk of queries at a time so the matrix stays in cache:
+        for the root set this is exactly the brute-force scan, column by
+        column over contiguous bounds."""
+        kids, lo, hi = self._bounds_of_kids(node)
+        step = max(1, CHUNK // max(len(kids), 1))
+        rows, cols = [np.zeros(0, dtype=np.int64)], [np.zeros(0, dtype=np.int64)]
+        for start in range(0, len(qs), step):
+            q = qs[start : start + step]
+            hit = np.ones((len(q), len(kids)), dtype=bool)
+            for col in range(lo.shape[0]):
+                hit &= q_lo[col, q][:, None] <= hi[col]
+                hit &= lo[col] <= q_hi[col, q][:, None]
+            hit |= inherit[start : start + step, None]
+            cells = np.flatnonzero(hit)
+            rows.append(cells // len(kids) + start)
+            cols.append(cells % len(kids))
+        r, k = np.concatenate(rows), np.concatenate(cols)
         qi, ni, inherit = qs[r], kids[k], inherit[r]
         return qi, ni, self._covers(q_lo, q_hi, qi, ni, qaf) | inherit, inherit
 
@@ -297,3 +326,26 @@ class Forest:
                 if key is not None and other != r:
                     assert not self.covers(key, self.keys[r]), f"root {r} is covered by {other}"
 
+
+class _Mirror:
+    """Contiguous bounds of one child list, in the list's own order."""
+
+    __slots__ = ("lo", "hi", "n")
+
+    def __init__(self, lo: np.ndarray, hi: np.ndarray) -> None:
+        self.n = lo.shape[1]
+        cap = max(2 * self.n, 64)
+        self.lo = np.empty((lo.shape[0], cap))
+        self.hi = np.empty((lo.shape[0], cap))
+        self.lo[:, : self.n], self.hi[:, : self.n] = lo, hi
+
+    def append(self, lo: np.ndarray, hi: np.ndarray) -> None:
+        if self.n == self.lo.shape[1]:
+            self.lo = np.hstack([self.lo, np.empty_like(self.lo)])
+            self.hi = np.hstack([self.hi, np.empty_like(self.hi)])
+        self.lo[:, self.n], self.hi[:, self.n] = lo, hi
+        self.n += 1
+
+    def swap_remove(self, index: int) -> None:
+        self.n -= 1
+        self.lo[:, index], self.hi[:, index] = self.lo[:, self.n], self.hi[:, self.n]
