@@ -23,6 +23,7 @@ from matcher.where import parse_where
 
 MAX_RECORD_BYTES = 1024 * 1024
 OPEN = math.inf  # a missing valid_to: open-ended
+MAX_INT = 2**1023  # larger integers do not convert to a float
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +112,20 @@ def _reject_constant(name: str) -> Any:
     raise RecordError(f"{name} is not allowed in a record: numbers must be finite")
 
 
+def _finite_float(text: str) -> float:
+    number = float(text)
+    if not math.isfinite(number):
+        raise RecordError(f"number {text[:40]} is out of range: numbers must be finite")
+    return number
+
+
+def _bounded_int(text: str) -> int:
+    number = int(text)
+    if abs(number) > MAX_INT:
+        raise RecordError(f"integer {text[:20]}... is out of range: numbers must be finite")
+    return number
+
+
 def _time(obj: dict, name: str, default: int | None) -> int | None:
     value = obj.get(name)
     if value is None:
@@ -159,7 +174,9 @@ def _parse_json(raw: bytes | str) -> dict:
     elif len(raw) > MAX_RECORD_BYTES:
         raise RecordError(f"record is over the limit of {MAX_RECORD_BYTES} bytes")
     try:
-        obj = json.loads(raw, parse_constant=_reject_constant)
+        obj = json.loads(
+            raw, parse_constant=_reject_constant, parse_float=_finite_float, parse_int=_bounded_int
+        )
     except json.JSONDecodeError as exc:
         raise RecordError(f"malformed JSON: {exc.msg} at column {exc.colno}") from None
     if not isinstance(obj, dict):

@@ -88,8 +88,8 @@ BAD = [
     ("profile", pub().replace('"x": 2', '"x": NaN'), r"NaN is not allowed"),
     ("profile", pub().replace('"x": 2', '"x": [0, Infinity]'), r"Infinity is not allowed"),
     ("profile", pub().replace('"x": 2', '"x": -Infinity'), r"-Infinity is not allowed"),
-    ("profile", pub().replace('"x": 2', '"x": 1e999'), r"attribute 'x': .* not a finite number"),
-    ("profile", pub().replace('"ts": 1000', '"ts": 1e999'), r"'ts' must be a finite number"),
+    ("profile", pub().replace('"x": 2', '"x": 1e999'), r"1e999 is out of range"),
+    ("profile", pub().replace('"ts": 1000', '"ts": 1e999'), r"numbers must be finite"),
     ("subscription", where("x > 1e999"), r"numbers must be finite"),
     ("subscription", flt({"attr": "x", "op": "<", "value": 1e999}), r"numbers must be finite"),
     ("subscription", where(f"x > {BIG}"), r"numbers must be finite"),
@@ -184,9 +184,6 @@ def test_state_form_round_trips_and_normalizes():
     assert again.ts == rec.ts == 1795341600000 and again.valid_to == float("inf")
 
 
-@pytest.mark.xfail(
-    strict=True, reason="BUG: an integer past the float range crashes decode (OverflowError)"
-)
 @pytest.mark.parametrize(
     ("kind", "raw"),
     [
@@ -200,9 +197,6 @@ def test_huge_integer_is_a_dead_letter(kind, raw):
     assert len(matches) == 1 and "finite" in letter["reason"]
 
 
-@pytest.mark.xfail(
-    strict=True, reason="BUG: 1e999 in a payload is accepted and emitted as Infinity"
-)
 def test_infinite_payload_number_is_a_dead_letter():
     raw = pub().replace('"attrs"', '"payload": {"v": 1e999}, "attrs"')
     matches, dead = run([("subscription", sub()), ("profile", raw)])
