@@ -44,6 +44,7 @@ Guarantees, per micro-batch:
 from __future__ import annotations
 
 import contextlib
+import itertools
 from collections.abc import Callable, Iterator, Mapping
 
 import pyarrow as pa
@@ -53,6 +54,9 @@ from connectors.config import SINK_COMMITS_TOPIC, confluent_config
 
 SINK_COLUMNS = "topic string, key binary, value binary"
 REPORT_SCHEMA = "partition int, written long, skipped boolean"
+_REPORT_ARROW = pa.schema(
+    [("partition", pa.int32()), ("written", pa.int64()), ("skipped", pa.bool_())]
+)
 # How long a transaction step (init, send offsets, commit) may take.
 TXN_TIMEOUT_S = 60.0
 
@@ -79,19 +83,20 @@ def write_batch(
 
         context = TaskContext.get()
         partition = context.partitionId()
-        config = confluent_config(bootstrap, options)
-        if exactly_once:
-            query_id = context.getLocalProperty("sql.streaming.queryId") or "no-query"
-            written, skipped = write_exactly_once(
-                config, batches, query_name, query_id, partition, batch_id
-            )
-        else:
-            written, skipped = write_idempotent(config, batches), False
+        rows = _non_empty(batches)
+        written, skipped = 0, False
+        if rows is not None:  # an empty partition needs no producer and no transaction
+            config = confluent_config(bootstrap, options)
+            if exactly_once:
+                query_id = context.getLocalProperty("sql.streaming.queryId") or "no-query"
+                written, skipped = write_exactly_once(
+                    config, rows, query_name, query_id, partition, batch_id
+                )
+            else:
+                written = write_idempotent(config, rows)
         yield pa.RecordBatch.from_pylist(
             [{"partition": partition, "written": written, "skipped": skipped}],
-            schema=pa.schema(
-                [("partition", pa.int32()), ("written", pa.int64()), ("skipped", pa.bool_())]
-            ),
+            schema=_REPORT_ARROW,
         )
 
     reports = df.select("topic", "key", "value").mapInArrow(write_partition, REPORT_SCHEMA)
@@ -129,6 +134,13 @@ def foreach_batch_writer(
         )
 
     return write
+
+
+def _non_empty(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch] | None:
+    """The batches with rows, or None if there are none (the input is then fully read)."""
+    rows = (batch for batch in batches if batch.num_rows)
+    first = next(rows, None)
+    return None if first is None else itertools.chain([first], rows)
 
 
 class _Deliveries:
