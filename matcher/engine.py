@@ -26,7 +26,6 @@ from matcher.records import (
     OPEN,
     Publish,
     Record,
-    Retract,
     Source,
     Subscribe,
     Unsubscribe,
@@ -145,33 +144,44 @@ class SpaceMatcher:
 
     def apply(self, record: Record) -> list[dict[str, Any]]:
         """Evict what expired before the record's ts, then apply it."""
-        out = self.expire(record.ts)
-        if isinstance(record, Subscribe):
-            out += self._subscribe(record)
-        elif isinstance(record, Publish):
-            out += self._publish(record)
-        elif isinstance(record, Unsubscribe):
-            held = self.subs.get(record.id)
-            if held is not None:
-                out += self._end_sub(held, "unsubscribe", record.ts)
-        elif isinstance(record, Retract):
-            held = self.profiles.get(record.id)
-            if held is not None:
-                out += self._end_profile(held, "retract", record.ts)
-        return out
+        return [event for _, event in self.apply_ranked(record)]
 
     def expire(self, until: float) -> list[dict[str, Any]]:
         """Evict everything whose valid_to is before `until`; `unmatch`/`expired`."""
-        out: list[dict[str, Any]] = []
+        return [event for _, event in self.expire_ranked(until)]
+
+    def apply_ranked(self, record: Record) -> list[tuple[tuple, dict[str, Any]]]:
+        """`apply`, each event with its rank: the position it has in an
+        unsharded run's output for this record, so that the cells of a
+        sharded space can be merged back into exactly that order."""
+        out = self.expire_ranked(record.ts)
+        if isinstance(record, Subscribe):
+            events = self._subscribe(record)
+        elif isinstance(record, Publish):
+            events = self._publish(record)
+        elif isinstance(record, Unsubscribe):
+            held = self.subs.get(record.id)
+            events = self._end_sub(held, "unsubscribe", record.ts) if held else []
+        else:
+            held = self.profiles.get(record.id)
+            events = self._end_profile(held, "retract", record.ts) if held else []
+        other = "profile_id" if record.kind == "subscription" else "subscription_id"
+        return out + [((1, e[other]), e) for e in events]
+
+    def expire_ranked(self, until: float) -> list[tuple[tuple, dict[str, Any]]]:
+        out: list[tuple[tuple, dict[str, Any]]] = []
         while self._expiry and self._expiry[0][0] < until:
             item = heapq.heappop(self._expiry)
             if not self._current(item):
                 continue
             valid_to, kind, ident, _ = item
             if kind == 0:
-                out += self._end_sub(self.subs[ident], "expired", int(valid_to))
+                events = self._end_sub(self.subs[ident], "expired", int(valid_to))
+                other = "profile_id"
             else:
-                out += self._end_profile(self.profiles[ident], "expired", int(valid_to))
+                events = self._end_profile(self.profiles[ident], "expired", int(valid_to))
+                other = "subscription_id"
+            out += [((0, valid_to, kind, ident, e[other]), e) for e in events]
         return out
 
     def _hold(self, record: Subscribe | Publish) -> Held:
@@ -376,11 +386,13 @@ class Engine:
             batch_max = max(batch_max, record.ts)
             for key in self.sharding.keys_for(record):
                 per_key.setdefault(key, []).append(record)
-        for key in sorted(per_key):
-            records = sorted(per_key[key], key=order_key)
-            m = self.matcher(key, records[0].space)
-            for record in records:
-                out += [Output("matches", r["subscriber"], r) for r in m.apply(record)]
+        for space, keys in _by_space({k: recs[0].space for k, recs in per_key.items()}):
+            ranked = []
+            for key in keys:
+                m = self.matcher(key, space)
+                for index, record in enumerate(sorted(per_key[key], key=order_key)):
+                    ranked += [((index, *rank), e) for rank, e in m.apply_ranked(record)]
+            out += _merged(ranked)
         self.max_ts = batch_max
         out += self.advance(self.watermark)
         return out
@@ -388,8 +400,26 @@ class Engine:
     def advance(self, watermark: float) -> list[Output]:
         """Evict everywhere what expired before the watermark (idle spaces too)."""
         out = []
-        for key in sorted(self.matchers):
-            out += [
-                Output("matches", r["subscriber"], r) for r in self.matchers[key].expire(watermark)
-            ]
+        for _, keys in _by_space({k: m.space for k, m in self.matchers.items()}):
+            out += _merged(
+                [
+                    (rank, e)
+                    for key in keys
+                    for rank, e in self.matchers[key].expire_ranked(watermark)
+                ]
+            )
         return out
+
+
+def _by_space(spaces: dict[str, str]) -> list[tuple[str, list[str]]]:
+    """State keys grouped by their space, in a stable order."""
+    groups: dict[str, list[str]] = {}
+    for key, space in spaces.items():
+        groups.setdefault(space, []).append(key)
+    return [(space, sorted(groups[space])) for space in sorted(groups)]
+
+
+def _merged(ranked: list[tuple[tuple, dict[str, Any]]]) -> list[Output]:
+    """The events of a space's cells in the order an unsharded run emits them."""
+    ranked.sort(key=lambda pair: pair[0])
+    return [Output("matches", e["subscriber"], e) for _, e in ranked]

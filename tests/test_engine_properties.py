@@ -14,7 +14,6 @@ import os
 import re
 from datetime import UTC, datetime, timedelta
 
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -216,11 +215,6 @@ def test_space_matcher_queries_invariants_and_snapshots(
     assert {k: v for k, v in changes.items() if v is not None} == held
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: a sharded Engine emits a pair's events out of order when the pair "
-    "changes cell within a batch (cells are drained one after another)",
-)
 def test_sharded_engine_keeps_each_pairs_order():
     batch = [
         (
