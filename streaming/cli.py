@@ -59,4 +59,8 @@ class CliError(Exception):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # Run the imported module's main, so that `CliError` raised by the
+    # subcommands (imported from `streaming.cli`) is the class caught here.
+    from streaming.cli import main as _main
+
+    sys.exit(_main())
