@@ -31,9 +31,14 @@ class Forest(Contender):
         self.df = DoubleForest()
         self.sub_slot: dict[int, int] = {}
         self.profile_slot: dict[int, int] = {}
+        # slot -> key, as arrays, so that answers become sets without a
+        # Python loop per match (the scan's answer is `set(keys[rows])` too)
+        self.sub_keys = np.zeros(16, dtype=np.int64)
+        self.profile_keys = np.zeros(16, dtype=np.int64)
 
     def insert(self, key: int, conj: Conjunction) -> None:
-        self.sub_slot[key] = self.df.add_subscription(key, [conj], False, *ALWAYS)
+        slot = self.sub_slot[key] = self.df.add_subscription(key, [conj], False, *ALWAYS)
+        self.sub_keys = _put(self.sub_keys, slot, key)
 
     def delete(self, key: int) -> None:
         self.df.remove_subscription(self.sub_slot.pop(key))
@@ -43,10 +48,11 @@ class Forest(Contender):
 
     def match_profiles(self, profiles: list[Profile]) -> list[set[int]]:
         qi, slots = self.df.match_profiles(profiles, [ALWAYS] * len(profiles))
-        return _group(len(profiles), qi, slots, self.df.subs.handles)
+        return _group(len(profiles), qi, slots, self.sub_keys)
 
     def insert_profile(self, key: int, profile: Profile) -> None:
-        self.profile_slot[key] = self.df.add_profile(key, profile, *ALWAYS)
+        slot = self.profile_slot[key] = self.df.add_profile(key, profile, *ALWAYS)
+        self.profile_keys = _put(self.profile_keys, slot, key)
 
     def delete_profile(self, key: int) -> None:
         self.df.remove_profile(self.profile_slot.pop(key))
@@ -56,15 +62,22 @@ class Forest(Contender):
 
     def match_subscriptions(self, conjs: list[Conjunction]) -> list[set[int]]:
         qi, slots = self.df.match_subscriptions([([c], False, *ALWAYS) for c in conjs])
-        return _group(len(conjs), qi, slots, self.df.profiles.handles)
+        return _group(len(conjs), qi, slots, self.profile_keys)
 
 
-def _group(n: int, qi: np.ndarray, slots: np.ndarray, handles: list) -> list[set[int]]:
+def _put(keys: np.ndarray, slot: int, key: int) -> np.ndarray:
+    if slot >= len(keys):
+        keys = np.concatenate([keys, np.zeros(max(slot + 1, len(keys)), dtype=np.int64)])
+    keys[slot] = key
+    return keys
+
+
+def _group(n: int, qi: np.ndarray, slots: np.ndarray, keys: np.ndarray) -> list[set[int]]:
     """(query, slot) pairs as one set of keys per query."""
-    out: list[set[int]] = [set() for _ in range(n)]
-    for q, s in zip(qi.tolist(), slots.tolist(), strict=True):
-        out[q].add(handles[s])
-    return out
+    order = np.argsort(qi, kind="stable")
+    found = np.take(keys, np.take(slots, order))
+    bounds = np.searchsorted(np.take(qi, order), np.arange(n + 1)).tolist()
+    return [set(found[a:b].tolist()) for a, b in zip(bounds, bounds[1:], strict=False)]
 
 
 # name -> factory given the space's columns (registered beforehand)
