@@ -37,6 +37,11 @@ class Forest:
         self.lo = np.full((0, 16), fill[0])
         self.hi = np.full((0, 16), fill[1])
         self.exact = np.zeros(16, dtype=bool)
+        # Subtree bounds: the core (intersection of the subtree's boxes) and
+        # whether every box in the subtree is exact.
+        self.core_lo = np.full((0, 16), fill[0])
+        self.core_hi = np.full((0, 16), fill[1])
+        self.pure = np.zeros(16, dtype=bool)
         self.parent = np.zeros(16, dtype=np.int64)
         self.keys: list[Hashable | None] = [None]
         self.by_key: dict[Hashable, int] = {}
@@ -87,6 +92,8 @@ class Forest:
             cap = self.lo.shape[1]
             self.lo = np.vstack([self.lo, np.full((extra, cap), self.fill[0])])
             self.hi = np.vstack([self.hi, np.full((extra, cap), self.fill[1])])
+            self.core_lo = np.vstack([self.core_lo, np.full((extra, cap), self.fill[0])])
+            self.core_hi = np.vstack([self.core_hi, np.full((extra, cap), self.fill[1])])
             self._wide.clear()
 
     def _new_node(self, key: Hashable, bounds: dict, exact: bool) -> int:
@@ -100,14 +107,20 @@ class Forest:
             if node >= self.lo.shape[1]:
                 cap = 2 * self.lo.shape[1]
                 grow = cap - self.lo.shape[1]
-                self.lo = np.hstack([self.lo, np.full((self.lo.shape[0], grow), self.fill[0])])
-                self.hi = np.hstack([self.hi, np.full((self.hi.shape[0], grow), self.fill[1])])
+                rows = self.lo.shape[0]
+                self.lo = np.hstack([self.lo, np.full((rows, grow), self.fill[0])])
+                self.hi = np.hstack([self.hi, np.full((rows, grow), self.fill[1])])
+                self.core_lo = np.hstack([self.core_lo, np.full((rows, grow), self.fill[0])])
+                self.core_hi = np.hstack([self.core_hi, np.full((rows, grow), self.fill[1])])
+                self.pure = _grow(self.pure, cap, False)
                 self.exact = _grow(self.exact, cap, False)
                 self.parent = _grow(self.parent, cap, 0)
         self.lo[:, node], self.hi[:, node] = self.fill
         for col, (a, b) in bounds.items():
             self.lo[col, node], self.hi[col, node] = a, b
         self.exact[node] = exact
+        self.core_lo[:, node], self.core_hi[:, node] = self.lo[:, node], self.hi[:, node]
+        self.pure[node] = not exact
         self.by_key[key] = node
         self.children.reserve(len(self.keys))
         self.entries.reserve(len(self.keys))
@@ -179,6 +192,7 @@ class Forest:
                     self._detach(sib)
                     self._attach(node, sib)
         self._attach(at, node)
+        self._refresh(node)
 
     def _remove_node(self, node: int) -> None:
         """Splice the node out: its children go to its parent (which covers
@@ -198,6 +212,27 @@ class Forest:
                 self._place(kid, ROOT)
             else:
                 self._attach(parent, kid)
+        self._refresh(parent)
+
+    def _refresh(self, node: int) -> None:
+        """Recompute the subtree bounds of a node and of its ancestors, as far
+        up as they change: the core (the intersection of every box in the
+        subtree) and whether the subtree is pure (every box exact)."""
+        first = True
+        while node != ROOT:
+            kids = self.children.items(node)
+            lo, hi = self.lo[:, node], self.hi[:, node]
+            pure = not self.exact[node]
+            if len(kids):
+                lo = np.maximum(lo, self.core_lo[:, kids].max(axis=1))
+                hi = np.minimum(hi, self.core_hi[:, kids].min(axis=1))
+                pure = pure and bool(self.pure[kids].all())
+            same = pure == self.pure[node]
+            if same and (lo == self.core_lo[:, node]).all() and (hi == self.core_hi[:, node]).all():
+                if not first:
+                    return
+            self.core_lo[:, node], self.core_hi[:, node], self.pure[node] = lo, hi, pure
+            node, first = int(self.parent[node]), False
 
     # -- queries ------------------------------------------------------------
 
@@ -226,11 +261,11 @@ class Forest:
             ok = np.ones(len(qi), dtype=bool)
             for j in np.flatnonzero(~acc & (q_exact[qi] | self.exact[ni])).tolist():
                 ok[j], cov[j] = exact_test(int(qi[j]), int(ni[j]))
-            qi, ni, cov = qi[ok], ni[ok], cov[ok]
+            qi, ni, cov, acc = qi[ok], ni[ok], cov[ok], acc[ok]
             out_q.append(qi)
             out_n.append(ni)
             out_c.append(cov)
-            inherit = cov if qaf else np.zeros(len(qi), dtype=bool)
+            inherit = cov if qaf else acc | self._core_hits(q_lo, q_hi, qi, ni, acc)
             qi, ni, cov, acc = self._expand(qi, ni, inherit, q_lo, q_hi, qaf)
         if not out_q:
             empty = np.zeros(0, dtype=np.int64)
@@ -273,7 +308,7 @@ class Forest:
             cols.append(cells % len(kids))
         r, k = np.concatenate(rows), np.concatenate(cols)
         qi, ni, inherit = qs[r], kids[k], inherit[r]
-        return qi, ni, self._covers(q_lo, q_hi, qi, ni, qaf) | inherit, inherit
+        return qi, ni, self._covers(q_lo, q_hi, qi, ni, inherit, qaf), inherit
 
     def _gathered(self, qi, ni, inherit, q_lo, q_hi, qaf):
         """The children of (query, node) pairs, tested pair by pair."""
@@ -288,12 +323,27 @@ class Forest:
             hit &= np.take(self.lo[col], tn) <= np.take(q_hi[col], tq)
         ov[test] = hit
         qi, kids, inherit = qi[ov], kids[ov], inherit[ov]
-        return qi, kids, self._covers(q_lo, q_hi, qi, kids, qaf) | inherit, inherit
+        return qi, kids, self._covers(q_lo, q_hi, qi, kids, inherit, qaf), inherit
 
-    def _covers(self, q_lo, q_hi, qi, ni, qaf):
+    def _core_hits(self, q_lo, q_hi, qi, ni, accepted):
+        """Pairs whose query meets the core of the node's pure subtree: it
+        then overlaps every box below, which are accepted without tests
+        (the thesis's subtree bound, §6.4)."""
+        hits = np.zeros(len(qi), dtype=bool)
+        test = np.flatnonzero(~accepted & np.take(self.pure, ni))
+        if len(test):
+            tq, tn = np.take(qi, test), np.take(ni, test)
+            ok = np.ones(len(test), dtype=bool)
+            for col in range(q_lo.shape[0]):
+                ok &= np.take(q_lo[col], tq) <= np.take(self.core_hi[col], tn)
+                ok &= np.take(self.core_lo[col], tn) <= np.take(q_hi[col], tq)
+            hits[test] = ok
+        return hits
+
+    def _covers(self, q_lo, q_hi, qi, ni, inherit, qaf):
         """Box containment of overlapping pairs, the way covering prunes: a
-        filter query contains a profile node (`qaf`), or a filter node
-        contains a profile query."""
+        filter query contains a profile node (`qaf`: an inherited pair is
+        contained already), or a filter node contains a profile query."""
         cov = np.ones(len(qi), dtype=bool)
         if not qaf and not self.need_covers:
             return cov
@@ -306,9 +356,17 @@ class Forest:
             else:
                 cov &= lo <= qlo
                 cov &= qhi <= hi
-        return cov
+        return cov | inherit if qaf else cov
 
     # -- checks -------------------------------------------------------------
+
+    def _subtree(self, node: int) -> list[int]:
+        out, todo = [], [node]
+        while todo:
+            n = todo.pop()
+            out.append(n)
+            todo.extend(self.children.items(n).tolist())
+        return out
 
     def check_invariants(self) -> None:
         """Parent covers child; no root is covered by another node. For tests."""
@@ -321,6 +379,12 @@ class Forest:
             if parent != ROOT:
                 assert self.covers(self.keys[parent], key), f"{parent} does not cover {node}"
             assert self.entries.size(node) > 0, f"node {node} has no entries"
+            below = self._subtree(node)
+            core_lo = self.lo[:, below].max(axis=1)
+            core_hi = self.hi[:, below].min(axis=1)
+            assert (core_lo == self.core_lo[:, node]).all(), f"core of {node} is stale"
+            assert (core_hi == self.core_hi[:, node]).all(), f"core of {node} is stale"
+            assert self.pure[node] == (not self.exact[below].any()), f"purity of {node}"
         for r in roots:
             for other, key in enumerate(self.keys):
                 if key is not None and other != r:
