@@ -13,13 +13,16 @@ import sys
 from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
-from matcher.engine import Engine, Input, encode
-from matcher.records import Source
+if TYPE_CHECKING:  # the engine pulls in numpy: keep `tsm --help` fast
+    from matcher.engine import Engine, Input
 
 
 def _lines(path: str, kind: str) -> Iterator[Input]:
+    from matcher.engine import Input
+    from matcher.records import Source
+
     with open(path, "rb") as handle:
         for number, line in enumerate(handle, start=1):
             line = line.rstrip(b"\r\n")
@@ -64,6 +67,8 @@ def replay(
     engine: Engine | None = None,
 ) -> tuple[int, int]:
     """Run both files through an engine; returns (match records, dead letters)."""
+    from matcher.engine import Engine, encode
+
     engine = engine or Engine(lateness_ms=lateness_ms)
     subs = list(_lines(subscriptions, "subscription"))
     profs = list(_lines(profiles, "profile"))
