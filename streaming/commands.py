@@ -106,7 +106,8 @@ def run(config: Any, master: str, available_now: bool) -> int:
     spark.streams.addListener(listener)
     stop = _StopFlag()
     try:
-        query = job.start(spark, config, metrics, available_now=available_now)
+        writer = stop.guard(job.kafka_writer(config))
+        query = job.start(spark, config, metrics, available_now=available_now, writer=writer)
         _wait(query, stop)
         error = query.exception()
     except ValueError as exc:
@@ -118,14 +119,24 @@ def run(config: Any, master: str, available_now: bool) -> int:
         spark.sparkContext._jsc.sc().listenerBus().waitUntilEmpty()
         spark.streams.removeListener(listener)
         spark.stop()
-    if error is not None:
+    if error is not None and StopRequested.__name__ not in str(error):
         print(f"tsm run: the query failed: {error}", file=sys.stderr)
         return 1
     return 130 if stop.signal == signal.SIGINT else 0
 
 
+class StopRequested(Exception):
+    """Raised at the start of a batch's write once a stop is asked (see `_StopFlag.guard`)."""
+
+
 class _StopFlag:
-    """SIGINT/SIGTERM → a flag (the handlers are restored afterwards)."""
+    """SIGINT/SIGTERM → a flag (the handlers are restored afterwards).
+
+    With back-to-back triggers there is no idle moment between batches in
+    which to call `stop()`, so `guard` also ends the query at the start of
+    the next batch's write, before any of its tasks (and state) ran: that
+    batch is planned but not committed, and is run again on restart.
+    """
 
     def __init__(self) -> None:
         self.event = threading.Event()
@@ -136,6 +147,14 @@ class _StopFlag:
         self.signal = signum
         self.event.set()
         print("tsm run: stopping after the current batch", file=sys.stderr, flush=True)
+
+    def guard(self, writer: Any) -> Any:
+        def write(df: Any, batch_id: int) -> None:
+            if self.event.is_set():
+                raise StopRequested(f"stopped before batch {batch_id}; it runs on restart")
+            writer(df, batch_id)
+
+        return write
 
     def restore(self) -> None:
         for signum, handler in self._previous.items():

@@ -99,8 +99,10 @@ def load_config(path: str | Path | None) -> JobConfig:
         if name in _TABLES:
             if not isinstance(value, dict):
                 raise ConfigError(f"{path}: [{name}] must be a table")
-        elif isinstance(value, dict):
-            raise ConfigError(f"{path}: {name} must be a value, not a table")
+        else:
+            expected = str if name == "bootstrap" else type(getattr(JobConfig(), name))
+            if type(value) is not expected:
+                raise ConfigError(f"{path}: {name} must be a {expected.__name__}, got {value!r}")
         values[name] = value
     try:
         values["topics"] = Topics.from_mapping(values.get("topics"))
@@ -109,4 +111,10 @@ def load_config(path: str | Path | None) -> JobConfig:
     for space, spec in values.get("sharding", {}).items():
         if not isinstance(spec, dict):
             raise ConfigError(f"{path}: [sharding.{space}] must be a table")
+    from streaming.decode_stage import build_sharding
+
+    try:
+        build_sharding(values.get("sharding", {}))
+    except ValueError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
     return JobConfig.validated(JobConfig(**values), str(path))

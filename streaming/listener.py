@@ -116,7 +116,7 @@ class ProgressLogger(StreamingQueryListener):
         pass
 
     def onQueryTerminated(self, event: Any) -> None:
-        if event.exception:
+        if event.exception and "StopRequested" not in event.exception:  # a stop is no failure
             self._write({"query": self.query_name, "failed": event.exception.splitlines()[0]})
 
     def _write(self, record: dict[str, Any]) -> None:

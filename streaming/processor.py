@@ -30,6 +30,8 @@ from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 from pyspark.sql.streaming.stateful_processor import ExpiredTimerInfo, TimerValues
 
 from connectors.config import Topics
+from matcher.engine import SpaceMatcher, encode
+from matcher.records import Source, dead_letter, decode, from_state, to_state
 from matcher.sharding import Sharding
 from streaming import state_cache
 from streaming.decode_stage import DEAD_LETTER_KEY, KIND_ORDER
@@ -72,8 +74,6 @@ class MatchProcessor(StatefulProcessor):
             out = [Row(topic=self.deadletter_topic, key=None, value=r.value) for r in rows]
             self.metrics.add({"dead_letters": len(out)})
             return iter(out)
-        from matcher.records import Source, dead_letter, decode
-
         watermark = timerValues.getCurrentWatermarkInMs()
         rows = sorted(rows, key=lambda r: (r.ts, r.kord, r.part, r.off))
         counts = {"keys": 1, "rows": len(rows)}
@@ -136,9 +136,6 @@ class MatchProcessor(StatefulProcessor):
 
     def _rebuild(self, skey: str) -> Any:
         """Snapshot + change log → matcher; a key with no state gets a new one."""
-        from matcher.engine import SpaceMatcher
-        from matcher.records import from_state
-
         snapshot = self.snapshot.get() if self.snapshot.exists() else None
         if snapshot is not None:
             matcher = SpaceMatcher.load(snapshot[0])
@@ -154,9 +151,6 @@ class MatchProcessor(StatefulProcessor):
         self, skey: str, matcher: Any, meta: dict, records: list[dict], counts: dict
     ) -> list[Row]:
         """Persist the held-set changes, move the timer, cache the matcher, emit the matches."""
-        from matcher.engine import encode
-        from matcher.records import to_state
-
         changes = matcher.drain_changes()
         if changes:
             for kind, ident, record in changes:
@@ -200,8 +194,6 @@ class MatchProcessor(StatefulProcessor):
         meta["timer"] = wanted
 
     def _dead_letters(self, letters: Iterable[dict]) -> list[Row]:
-        from matcher.engine import encode
-
         return [Row(topic=self.deadletter_topic, key=None, value=encode(d)) for d in letters]
 
 
