@@ -17,6 +17,7 @@ COMMAND_MODULES = (
     "streaming.replay",
     "connectors.commands",
     "streaming.commands",
+    "streaming.demo",
     "benchmarks.commands",
 )
 
