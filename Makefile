@@ -19,7 +19,7 @@ $(STAMP): requirements.lock pyproject.toml
 	touch $(STAMP)
 
 demo: install
-	$(BIN)/tsm replay --subscriptions examples/subscriptions.jsonl --profiles examples/profiles.jsonl
+	$(BIN)/tsm demo
 
 test: install
 	$(BIN)/ruff check .
