@@ -139,8 +139,8 @@ class OutputReader:
             ):
                 self.next[(topic, partition)] = 0
 
-    def poll(self) -> list[tuple[str, bytes]]:
-        """(topic, value) of every record that arrived since the last call."""
+    def poll(self) -> list[tuple[str, bytes, int]]:
+        """(topic, value, Kafka timestamp in ms) of every record since the last call."""
         from confluent_kafka import TopicPartition
 
         from connectors.kafka_source import OffsetRange, read_range
@@ -154,7 +154,9 @@ class OutputReader:
                 continue
             part = OffsetRange(topic, partition, start, high)
             for batch in read_range(self.config, part, poll_timeout=30.0):
-                out.extend((topic, value) for value in batch.column("value").to_pylist())
+                values, stamps = batch.column("value").to_pylist(), batch.column("timestamp")
+                micros = stamps.cast("int64").to_pylist()
+                out.extend((topic, v, t // 1000) for v, t in zip(values, micros, strict=True))
             self.next[(topic, partition)] = high
         return out
 
@@ -171,9 +173,9 @@ class Report:
         self.dead: list[str] = []
         self.lock = threading.Lock()
 
-    def show(self, records: list[tuple[str, bytes]]) -> None:
-        matches = [json.loads(v) for t, v in records if t == self.matches_topic]
-        letters = [json.loads(v) for t, v in records if t != self.matches_topic]
+    def show(self, records: list[tuple[str, bytes, int]]) -> None:
+        matches = [json.loads(v) for t, v, _ in records if t == self.matches_topic]
+        letters = [json.loads(v) for t, v, _ in records if t != self.matches_topic]
         with self.lock:
             for r in sorted(matches, key=lambda r: r["ts"]):  # two partitions: merge by time
                 self.events[(r["event"], r["reason"])] += 1

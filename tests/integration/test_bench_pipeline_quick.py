@@ -1,0 +1,36 @@
+"""`tsm bench pipeline --quick` as a smoke test: it runs, and the contenders agree.
+
+No timing assertions: the machine is shared and the numbers are noise here.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_quick_pipeline_bench_contenders_agree(tmp_path):
+    out = tmp_path / "bench" / "pipeline.json"
+    command = [sys.executable, "-m", "streaming.cli", "bench", "pipeline", "--quick"]
+    done = subprocess.run(
+        [*command, "--json", str(out)], cwd=REPO, capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(out.read_text())
+    (size,) = result["sizes"]
+    assert size["agreement"] == "same pairs"
+    rows = {r["contender"]: r for r in size["rows"]}
+    assert set(rows) == {"product", "no-op", "native-join"}
+    assert all(r["complete"] for r in rows.values())
+    assert rows["product"]["pairs"] == rows["native-join"]["pairs"] > 0
+    assert (tmp_path / "bench" / "pipeline.png").is_file()
+    assert "<!-- pipeline -->" in (tmp_path / "bench" / "README.md").read_text()
+    assert "| product / no-op" in done.stdout
