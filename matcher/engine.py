@@ -100,6 +100,9 @@ class SpaceMatcher:
         self.profiles: dict[str, Held] = {}
         self._expiry: list[tuple[float, int, str, str]] = []
         self._changes: list[tuple[str, str, Subscribe | Publish | None]] = []
+        # id(record) -> (record, the other side's held items it holds with),
+        # asked of the forest for a whole run of records at once
+        self._prefetched: dict[int, tuple[Record, dict[str, Held]]] = {}
 
     # -- state --------------------------------------------------------------
 
@@ -119,12 +122,7 @@ class SpaceMatcher:
         return pickle.loads(blob)
 
     def __getstate__(self):
-        state = {
-            k: getattr(self, k)
-            for k in ("space", "key", "shard", "forest", "subs", "profiles", "_expiry")
-        }
-        state["_changes"] = []
-        return state
+        return {**self.__dict__, "_changes": [], "_prefetched": {}}
 
     def __setstate__(self, state):
         self.__dict__.update(state)
@@ -149,6 +147,78 @@ class SpaceMatcher:
     def expire(self, until: float) -> list[dict[str, Any]]:
         """Evict everything whose valid_to is before `until`; `unmatch`/`expired`."""
         return [event for _, event in self.expire_ranked(until)]
+
+    def restore(self, kind: str, ident: str, record: Subscribe | Publish | None) -> None:
+        """Set one held record as a state store's change log says, without
+        matching or emitting anything (the store is rebuilding this state)."""
+        table = self.subs if kind == "subscription" else self.profiles
+        held = table.get(ident)
+        if held is not None:
+            self._drop(table, kind, held)
+        if record is not None:
+            self._store(table, kind, self._hold(record))
+
+    def apply_batch(self, records: list[Record]) -> list[dict[str, Any]]:
+        """Apply records in order, matching each run of consecutive records
+        of one kind as one batch against the forest (the other side does not
+        change within such a run, except for expiries, which are honoured)."""
+        return [event for _, event in self.apply_batch_ranked(records)]
+
+    def apply_batch_ranked(self, records: list[Record]) -> list[tuple[tuple, dict[str, Any]]]:
+        """`apply_batch`, each event ranked by (record index, rank in `apply_ranked`)."""
+        out: list[tuple[tuple, dict[str, Any]]] = []
+        start = 0
+        while start < len(records):
+            end = start + 1
+            while end < len(records) and records[end].kind == records[start].kind:
+                end += 1
+            self._prefetch(records[start:end])
+            for index in range(start, end):
+                out += [((index, *r), e) for r, e in self.apply_ranked(records[index])]
+            self._prefetched.clear()
+            start = end
+        return out
+
+    def _prefetch(self, run: list[Record]) -> None:
+        """Match every upsert of a run, and the version each one replaces, in
+        one forest query."""
+        queries: list[Subscribe | Publish] = []
+        latest: dict[str, Subscribe | Publish] = {}
+        for record in run:
+            if isinstance(record, Subscribe | Publish):
+                table = self.subs if record.kind == "subscription" else self.profiles
+                old = latest.get(record.id)
+                if old is None and record.id in table:
+                    old = table[record.id].record
+                if old is not None:
+                    queries.append(old)
+                queries.append(record)
+                latest[record.id] = record
+        if len(queries) < 2:
+            return
+        if queries[0].kind == "subscription":
+            qi, slots = self.forest.match_subscriptions(
+                [(r.predicate, r.relation == "covers", r.valid_from, r.valid_to) for r in queries]
+            )
+            table, handles = self.profiles, self.forest.profiles.handles
+        else:
+            qi, slots = self.forest.match_profiles(
+                [r.profile for r in queries], [(r.valid_from, r.valid_to) for r in queries]
+            )
+            table, handles = self.subs, self.forest.subs.handles
+        found: list[dict[str, Held]] = [{} for _ in queries]
+        for q, slot in zip(qi.tolist(), slots.tolist(), strict=True):
+            other = handles[slot]
+            found[q][other] = table[other]
+        for record, held in zip(queries, found, strict=True):
+            self._prefetched[id(record)] = (record, held)
+
+    def _prefetched_for(self, record: Record, table: dict[str, Held]) -> dict[str, Held] | None:
+        """The prefetched answer for a record, less what has expired since."""
+        hit = self._prefetched.get(id(record))
+        if hit is None or hit[0] is not record:
+            return None
+        return {k: h for k, h in hit[1].items() if table.get(k) is h}
 
     def apply_ranked(self, record: Record) -> list[tuple[tuple, dict[str, Any]]]:
         """`apply`, each event with its rank: the position it has in an
@@ -221,6 +291,9 @@ class SpaceMatcher:
         """Indexed profiles the subscription holds with (forest query)."""
         if held is not None and held.slot is None:
             return {}
+        prefetched = self._prefetched_for(sub, self.profiles)
+        if prefetched is not None:
+            return prefetched
         query = (sub.predicate, sub.relation == "covers", sub.valid_from, sub.valid_to)
         _, slots = self.forest.match_subscriptions([query])
         handles = self.forest.profiles.handles
@@ -229,6 +302,9 @@ class SpaceMatcher:
     def _subs_of(self, pub: Publish, held: Held | None) -> dict[str, Held]:
         if held is not None and held.slot is None:
             return {}
+        prefetched = self._prefetched_for(pub, self.subs)
+        if prefetched is not None:
+            return prefetched
         _, slots = self.forest.match_profiles([pub.profile], [(pub.valid_from, pub.valid_to)])
         handles = self.forest.subs.handles
         return {handles[s]: self.subs[handles[s]] for s in slots.tolist()}
@@ -389,9 +465,8 @@ class Engine:
         for space, keys in _by_space({k: recs[0].space for k, recs in per_key.items()}):
             ranked = []
             for key in keys:
-                m = self.matcher(key, space)
-                for index, record in enumerate(sorted(per_key[key], key=order_key)):
-                    ranked += [((index, *rank), e) for rank, e in m.apply_ranked(record)]
+                records = sorted(per_key[key], key=order_key)
+                ranked += self.matcher(key, space).apply_batch_ranked(records)
             out += _merged(ranked)
         self.max_ts = batch_max
         out += self.advance(self.watermark)
