@@ -405,6 +405,13 @@ class SpaceMatcher:
         }
 
 
+def late_reason(ts: int, watermark: float, lateness_ms: int) -> str:
+    """The dead-letter reason of a late record (the same in replay and the job)."""
+    return (
+        f"late: ts {ts} is below the watermark {int(watermark)} (allowed lateness {lateness_ms} ms)"
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class Input:
     """One raw topic record: which topic kind, its bytes, where it came from."""
@@ -453,10 +460,7 @@ class Engine:
                 out.append(Output("deadletter", None, dead_letter(str(exc), item.raw, item.source)))
                 continue
             if record.ts < watermark:
-                reason = (
-                    f"late: ts {record.ts} is below the watermark {int(watermark)} "
-                    f"(allowed lateness {self.lateness_ms} ms)"
-                )
+                reason = late_reason(record.ts, watermark, self.lateness_ms)
                 out.append(Output("deadletter", None, dead_letter(reason, item.raw, item.source)))
                 continue
             batch_max = max(batch_max, record.ts)

@@ -30,7 +30,7 @@ from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 from pyspark.sql.streaming.stateful_processor import ExpiredTimerInfo, TimerValues
 
 from connectors.config import Topics
-from matcher.engine import SpaceMatcher, encode
+from matcher.engine import SpaceMatcher, encode, late_reason
 from matcher.records import Source, dead_letter, decode, from_state, to_state
 from matcher.sharding import Sharding
 from streaming import state_cache
@@ -79,18 +79,15 @@ class MatchProcessor(StatefulProcessor):
         counts = {"keys": 1, "rows": len(rows)}
         matcher, meta = self._matcher(skey, counts)
         records = matcher.expire(watermark)
-        late = []
+        late, batch = [], []
         for row in rows:
             source = Source(topic=row.topic, partition=row.part, offset=row.off)
             if row.ts < watermark:
-                reason = (
-                    f"late: ts {row.ts} is below the watermark {watermark} "
-                    f"(allowed lateness {self.lateness_ms} ms)"
-                )
+                reason = late_reason(row.ts, watermark, self.lateness_ms)
                 late.append(dead_letter(reason, row.value, source))
                 continue
-            record = decode(_KINDS[row.kord], row.value, source, fallback_ts=row.ktime)
-            records.extend(matcher.apply(record))
+            batch.append(decode(_KINDS[row.kord], row.value, source, fallback_ts=row.ktime))
+        records.extend(matcher.apply_batch(batch))
         counts["late"] = len(late)
         counts["dead_letters"] = len(late)
         out = self._save(skey, matcher, meta, records, counts)
@@ -143,7 +140,7 @@ class MatchProcessor(StatefulProcessor):
             cell = self.sharding.cell_of(skey)
             matcher = SpaceMatcher(skey.rpartition("#")[0] if cell else skey, skey, cell)
         for (kind, ident), (rec,) in self.log.iterator():
-            _restore(matcher, kind, ident, None if rec is None else from_state(rec))
+            matcher.restore(kind, ident, None if rec is None else from_state(rec))
         matcher.drain_changes()
         return matcher
 
@@ -195,17 +192,3 @@ class MatchProcessor(StatefulProcessor):
 
     def _dead_letters(self, letters: Iterable[dict]) -> list[Row]:
         return [Row(topic=self.deadletter_topic, key=None, value=encode(d)) for d in letters]
-
-
-def _restore(matcher: Any, kind: str, ident: str, record: Any) -> None:
-    """Set one held record as the change log says, without emitting events.
-
-    Reaches into `SpaceMatcher` (`_hold`, `_store`, `_drop`): the engine has
-    no public way yet to put a held record back without matching it.
-    """
-    table = matcher.subs if kind == "subscription" else matcher.profiles
-    held = table.get(ident)
-    if held is not None:
-        matcher._drop(table, kind, held)
-    if record is not None:
-        matcher._store(table, kind, matcher._hold(record))
