@@ -48,7 +48,6 @@ from connectors.config import Topics
 DEFAULT_JSON = Path("docs/bench/pipeline.json")
 SEED = 0
 CONTENDERS = ("product", "no-op", "native-join")
-MARK_BEGIN, MARK_END = "<!-- pipeline -->", "<!-- /pipeline -->"
 
 
 @dataclass(frozen=True)
@@ -603,15 +602,9 @@ def write(result: dict, json_path: Path) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     json_path.write_text(json.dumps(result, indent=1, default=str) + "\n", encoding="utf-8")
     plot = plot_results(result, out_dir / f"{json_path.stem}.png")
-    readme = out_dir / "README.md"
-    text = readme.read_text(encoding="utf-8") if readme.exists() else ""
-    if MARK_BEGIN in text and MARK_END in text:
-        before, rest = text.split(MARK_BEGIN, 1)
-        text = before.rstrip("\n") + "\n\n" + rest.split(MARK_END, 1)[1].lstrip("\n")
-    section = _section(result, json_path, plot)
-    readme.write_text(
-        text.rstrip("\n") + ("\n\n" if text.strip() else "") + section, encoding="utf-8"
-    )
+    from benchmarks.report import update_section
+
+    update_section(out_dir / "README.md", "pipeline", _section(result, json_path, plot))
 
 
 def plot_results(result: dict, path: Path) -> str:
@@ -649,7 +642,6 @@ def _section(result: dict, json_path: Path, plot: str) -> str:
     plan = result["plan"]
     return "\n".join(
         [
-            MARK_BEGIN,
             "# Pipeline benchmark",
             "",
             "The job (`product`) against a no-op pipeline with the same source, decode stage,",
@@ -679,7 +671,6 @@ def _section(result: dict, json_path: Path, plot: str) -> str:
             table(result),
             "",
             f"![{plot}]({plot})",
-            MARK_END,
             "",
         ]
     )

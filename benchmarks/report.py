@@ -71,7 +71,21 @@ def write(result: dict, json_path: Path) -> None:
     clean = json.loads(json.dumps(result, default=str), parse_constant=lambda _: None)
     json_path.write_text(json.dumps(clean, indent=1) + "\n", encoding="utf-8")
     plots = _plots(result["rows"], out_dir, json_path.stem)
-    (out_dir / "README.md").write_text(_readme(result, json_path, plots), encoding="utf-8")
+    update_section(out_dir / "README.md", "matcher", _readme(result, json_path, plots))
+
+
+def update_section(readme: Path, name: str, section: str) -> None:
+    """Replace one benchmark's section of a shared README (between
+    `<!-- name -->` and `<!-- /name -->`), keeping the others' sections."""
+    begin, end = f"<!-- {name} -->", f"<!-- /{name} -->"
+    text = readme.read_text(encoding="utf-8") if readme.exists() else ""
+    block = f"{begin}\n{section.strip()}\n{end}\n\n"
+    if begin in text and end in text:
+        before, rest = text.split(begin, 1)
+        text = before + block + rest.split(end, 1)[1].lstrip("\n")
+    else:
+        text = block + text
+    readme.write_text(text.rstrip("\n") + "\n", encoding="utf-8")
 
 
 def _plots(rows: list[dict], out_dir: Path, stem: str) -> list[str]:
