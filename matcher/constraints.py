@@ -101,14 +101,20 @@ class Constraint:
 
     # -- against a profile value (a point, or a closed numeric interval) ---
 
-    def overlaps(self, value: Any) -> bool:
-        """Does some point of `value` satisfy the constraint?"""
+    def _settled(self, value: Any) -> bool | None:
+        """The answer of both relations unless `value` is a numeric interval
+        and this a numeric constraint (None: then it takes some arithmetic)."""
         if not isinstance(value, tuple):
             return self.allows(value)
         if self.type is None:
             return True
-        if self.type != NUM:
-            return False
+        return None if self.type == NUM else False
+
+    def overlaps(self, value: Any) -> bool:
+        """Does some point of `value` satisfy the constraint?"""
+        settled = self._settled(value)
+        if settled is not None:
+            return settled
         a, b = value
         if self.allowed is not None:
             return any(a <= v <= b for v in self.allowed)
@@ -120,12 +126,9 @@ class Constraint:
 
     def covers(self, value: Any) -> bool:
         """Does every point of `value` satisfy the constraint?"""
-        if not isinstance(value, tuple):
-            return self.allows(value)
-        if self.type is None:
-            return True
-        if self.type != NUM:
-            return False
+        settled = self._settled(value)
+        if settled is not None:
+            return settled
         a, b = value
         if self.allowed is not None:
             return a == b and a in self.allowed

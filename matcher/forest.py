@@ -88,13 +88,16 @@ class Forest:
     def _sync_columns(self) -> None:
         d = len(self.dims)
         if self.lo.shape[0] < d:
-            extra = d - self.lo.shape[0]
-            cap = self.lo.shape[1]
-            self.lo = np.vstack([self.lo, np.full((extra, cap), self.fill[0])])
-            self.hi = np.vstack([self.hi, np.full((extra, cap), self.fill[1])])
-            self.core_lo = np.vstack([self.core_lo, np.full((extra, cap), self.fill[0])])
-            self.core_hi = np.vstack([self.core_hi, np.full((extra, cap), self.fill[1])])
+            self._resize(d, self.lo.shape[1])
             self._wide.clear()
+
+    def _resize(self, columns: int, cap: int) -> None:
+        """Grow the (column × node) bound arrays, new cells unconstrained."""
+        for name, fill in (("lo", 0), ("hi", 1), ("core_lo", 0), ("core_hi", 1)):
+            old = getattr(self, name)
+            new = np.full((columns, cap), self.fill[fill])
+            new[: old.shape[0], : old.shape[1]] = old
+            setattr(self, name, new)
 
     def _new_node(self, key: Hashable, bounds: dict, exact: bool) -> int:
         self._sync_columns()
@@ -106,12 +109,7 @@ class Forest:
             self.keys.append(key)
             if node >= self.lo.shape[1]:
                 cap = 2 * self.lo.shape[1]
-                grow = cap - self.lo.shape[1]
-                rows = self.lo.shape[0]
-                self.lo = np.hstack([self.lo, np.full((rows, grow), self.fill[0])])
-                self.hi = np.hstack([self.hi, np.full((rows, grow), self.fill[1])])
-                self.core_lo = np.hstack([self.core_lo, np.full((rows, grow), self.fill[0])])
-                self.core_hi = np.hstack([self.core_hi, np.full((rows, grow), self.fill[1])])
+                self._resize(self.lo.shape[0], cap)
                 self.pure = _grow(self.pure, cap, False)
                 self.exact = _grow(self.exact, cap, False)
                 self.parent = _grow(self.parent, cap, 0)

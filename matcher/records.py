@@ -12,13 +12,13 @@ import hashlib
 import json
 import math
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from matcher.constraints import MAX_WHERE_BYTES, Conjunction, predicate_of
 from matcher.errors import FilterError, RecordError
 from matcher.filter_json import parse_filter
 from matcher.profiles import Profile
+from matcher.times import epoch_ms
 from matcher.where import parse_where
 
 MAX_RECORD_BYTES = 1024 * 1024
@@ -138,15 +138,12 @@ def _time(obj: dict, name: str, default: int | None) -> int | None:
         return int(value)
     if isinstance(value, str):
         try:
-            moment = datetime.fromisoformat(value)
+            return epoch_ms(value)
         except ValueError:
             raise RecordError(
                 f"'{name}' is not an ISO-8601 time: {value!r} "
                 "(use e.g. '2026-11-22T10:00:00Z' or epoch milliseconds)"
             ) from None
-        if moment.tzinfo is None:
-            moment = moment.replace(tzinfo=UTC)
-        return (moment - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(milliseconds=1)
     raise RecordError(f"'{name}' must be epoch milliseconds or an ISO-8601 time, got {value!r}")
 
 

@@ -17,11 +17,11 @@ import itertools
 import json
 import math
 import re
-from datetime import UTC, datetime, timedelta
 from typing import Any, NamedTuple, NoReturn
 
 from matcher.constraints import MAX_ATTRIBUTES, MAX_CONJUNCTIONS, MAX_WHERE_BYTES, Atom
 from matcher.errors import FilterError
+from matcher.times import epoch_ms
 
 MAX_DEPTH = 200
 """Deepest parenthesis nesting: deeper text would exhaust Python's recursion limit."""
@@ -371,15 +371,12 @@ def _number(token: _Token) -> int | float:
 
 def _epoch_ms(text: str, col: int) -> int:
     try:
-        moment = datetime.fromisoformat(text)
+        return epoch_ms(text)
     except ValueError:
         raise FilterError(
             f"TIMESTAMP '{text}' at column {col} is not an ISO-8601 time "
             "such as '2026-11-22T10:00:00Z'"
         ) from None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    return (moment - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(milliseconds=1)
 
 
 def _like(pattern: str, col: int) -> tuple[str, str]:
