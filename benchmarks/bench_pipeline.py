@@ -494,23 +494,10 @@ def _row(r: Result) -> dict:
 
 def session() -> SparkSession:
     """A local[2] session with the job's settings, no UI."""
-    import os
-
     from streaming import job
     from streaming.config import JobConfig
 
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    builder = SparkSession.builder.master("local[2]").appName("tsm bench pipeline")
-    builder = builder.config("spark.ui.enabled", "false")
-    builder = builder.config("spark.ui.showConsoleProgress", "false")
-    # A Python worker must connect back within this; the default 15 s is too short
-    # for its imports on a busy 2-core machine.
-    builder = builder.config("spark.python.authenticate.socketTimeout", "120s")
-    for key, value in job.session_settings(JobConfig()).items():
-        builder = builder.config(key, value)
-    spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
-    return spark
+    return job.session(JobConfig(), "local[2]", "tsm bench pipeline", ui=False, log_level="ERROR")
 
 
 def main(quick: bool = False, json_path: Path | None = None) -> int:

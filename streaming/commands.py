@@ -8,7 +8,6 @@ StackOverflowError), and what a batch wrote is committed with its offsets.
 from __future__ import annotations
 
 import argparse
-import os
 import signal
 import sys
 import threading
@@ -85,30 +84,20 @@ def _require_broker(config: Any) -> None:
 
 def run(config: Any, master: str, available_now: bool) -> int:
     """Start the query, log each batch, stop between batches on a signal."""
-    from pyspark.sql import SparkSession
-
     from streaming import job
     from streaming.listener import Counters, ProgressLogger, live_counts
 
-    # Every Python worker (the data source's too, which reads only the
-    # environment) must run this interpreter, which has the project installed.
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    builder = SparkSession.builder.master(master).appName(f"tsm run ({config.query_name})")
-    builder = builder.config("spark.ui.showConsoleProgress", "false")  # stderr is the batch log
-    for key, value in job.session_settings(config).items():
-        builder = builder.config(key, value)
-    spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("WARN")
+    spark = job.session(config, master, f"tsm run ({config.query_name})")
     ui = spark.sparkContext.uiWebUrl
     print(f"tsm run: query {config.query_name!r}; Spark UI at {ui or '(disabled)'}", flush=True)
     metrics = spark.sparkContext.accumulator({}, Counters())
     listener = ProgressLogger(config.query_name, metrics, live_counts(spark, config.checkpoint))
     spark.streams.addListener(listener)
-    stop = _StopFlag()
+    stop = StopFlag()
     try:
         writer = stop.guard(job.kafka_writer(config))
         query = job.start(spark, config, metrics, available_now=available_now, writer=writer)
-        _wait(query, stop)
+        wait_between_batches(query, stop)
         error = query.exception()
     except ValueError as exc:
         raise CliError(str(exc)) from None
@@ -126,10 +115,10 @@ def run(config: Any, master: str, available_now: bool) -> int:
 
 
 class StopRequested(Exception):
-    """Raised at the start of a batch's write once a stop is asked (see `_StopFlag.guard`)."""
+    """Raised at the start of a batch's write once a stop is asked (see `StopFlag.guard`)."""
 
 
-class _StopFlag:
+class StopFlag:
     """SIGINT/SIGTERM → a flag (the handlers are restored afterwards).
 
     With back-to-back triggers there is no idle moment between batches in
@@ -161,7 +150,7 @@ class _StopFlag:
             signal.signal(signum, handler)
 
 
-def _wait(query: Any, stop: _StopFlag) -> None:
+def wait_between_batches(query: Any, stop: StopFlag) -> None:
     """Until the query ends by itself, or stop is asked: then stop it between batches."""
     from pyspark.errors import StreamingQueryException
 

@@ -278,13 +278,9 @@ def _fresh_broker(data_dir: Path) -> str:
 
 
 def _run(args: argparse.Namespace, ticks: list[Tick], bootstrap: str) -> int:
-    import os
-
-    from pyspark.sql import SparkSession
-
     from connectors.admin import create_tsm_topics
     from streaming import job
-    from streaming.commands import _StopFlag, _wait
+    from streaming.commands import StopFlag, wait_between_batches
     from streaming.config import JobConfig
     from streaming.listener import Counters
 
@@ -297,13 +293,7 @@ def _run(args: argparse.Namespace, ticks: list[Tick], bootstrap: str) -> int:
     )
     create_tsm_topics(bootstrap, partitions=2, topics=config.topics)
     print(f"tsm demo: broker at {bootstrap}; starting Spark ({args.master})", flush=True)
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    builder = SparkSession.builder.master(args.master).appName("tsm demo")
-    builder = builder.config("spark.ui.showConsoleProgress", "false")
-    for key, value in job.session_settings(config).items():
-        builder = builder.config(key, value)
-    spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
+    spark = job.session(config, args.master, "tsm demo", log_level="ERROR")
     print(
         f"tsm demo: Spark UI at {spark.sparkContext.uiWebUrl} (Structured Streaming tab, "
         f"query {config.query_name!r})",
@@ -313,7 +303,7 @@ def _run(args: argparse.Namespace, ticks: list[Tick], bootstrap: str) -> int:
     spark.streams.addListener(listener)
     reader = OutputReader(bootstrap, [config.topics.matches, config.topics.deadletter])
     report = Report(config.topics.matches)
-    stop = _StopFlag()
+    stop = StopFlag()
     ended = "interrupted"
     try:
         metrics = spark.sparkContext.accumulator({}, Counters())
@@ -321,7 +311,7 @@ def _run(args: argparse.Namespace, ticks: list[Tick], bootstrap: str) -> int:
         director = Director(args, ticks, bootstrap, config, listener, reader, report, stop)
         thread = threading.Thread(target=director.run, args=(query,), daemon=True)
         thread.start()
-        _wait(query, stop)
+        wait_between_batches(query, stop)
         thread.join()
         report.show(reader.poll())  # what the last batch wrote
         error = query.exception()

@@ -15,6 +15,7 @@ processor compares `ts` with the watermark of the batch itself.
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -37,6 +38,26 @@ def session_settings(config: JobConfig) -> dict[str, str]:
         "spark.pyspark.driver.python": sys.executable,
         "spark.sql.session.timeZone": "UTC",
     }
+
+
+def session(
+    config: JobConfig, master: str, app_name: str, ui: bool = True, log_level: str = "WARN"
+) -> SparkSession:
+    """The Spark session of `tsm run`, `tsm demo` and the pipeline benchmark."""
+    # Every Python worker (the data source's too, which reads only the
+    # environment) must run this interpreter, which has the project installed.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    builder = SparkSession.builder.master(master).appName(app_name)
+    builder = builder.config("spark.ui.enabled", str(ui).lower())
+    builder = builder.config("spark.ui.showConsoleProgress", "false")  # stderr is the batch log
+    # A Python worker must connect back within this; the default 15 s is too
+    # short for its imports on a busy 2-core machine.
+    builder = builder.config("spark.python.authenticate.socketTimeout", "120s")
+    for key, value in session_settings(config).items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel(log_level)
+    return spark
 
 
 def matched_stream(spark: SparkSession, config: JobConfig, metrics: Any) -> DataFrame:
