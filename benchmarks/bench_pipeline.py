@@ -35,7 +35,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -500,10 +500,14 @@ def session() -> SparkSession:
     return job.session(JobConfig(), "local[2]", "tsm bench pipeline", ui=False, log_level="ERROR")
 
 
-def main(quick: bool = False, json_path: Path | None = None) -> int:
+def main(
+    quick: bool = False, json_path: Path | None = None, sizes: tuple[int, ...] | None = None
+) -> int:
     from connectors.broker import EmbeddedBroker
 
     plan = QUICK if quick else FULL
+    if sizes:
+        plan = replace(plan, sizes=sizes)
     json_path = json_path or DEFAULT_JSON
     started = time.monotonic()
     _log(f"plan: {plan}")

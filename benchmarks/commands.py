@@ -81,7 +81,7 @@ def _bench(args: argparse.Namespace) -> int:
             raise CliError(f"missing dependency for the benchmark: {exc.name}") from exc
         raise CliError(f"`tsm bench {args.target}` is not available in this build") from exc
     if args.target == "pipeline":
-        return module.main(quick=args.quick, json_path=args.json)
+        return module.main(quick=args.quick, json_path=args.json, sizes=args.sizes)
     return module.main(args.quick, args.json, args.sizes, args.workloads)
 
 
