@@ -19,7 +19,7 @@ from matcher.boxes import Dims
 
 ROOT = 0  # the list id of the root set; node ids start at 1
 WIDE = 32  # a child list this long is tested by broadcasting
-CHUNK = 1 << 15  # (query × child) matrix cells tested at once
+CHUNK = 1 << 18  # (query × child) matrix cells tested at once
 
 ExactTest = Callable[[int, int], tuple[bool, bool]]
 
