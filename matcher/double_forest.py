@@ -181,10 +181,12 @@ class DoubleForest:
 
         di, nodes, cov = forest.descend(q_lo, q_hi, q_exact, exact, qaf=True)
         which, slots = forest.entries.gather(nodes)
-        qi, cov = owner[di[which]], cov[which]
-        meta = np.array([(c, f, t) for _, c, f, t in queries], dtype=float).reshape(-1, 3)
-        keep = ((meta[qi, 0] == 0) | cov) & (meta[qi, 1] <= self.p_to[slots])
-        keep &= self.p_from[slots] <= meta[qi, 2]
+        qi, cov = np.take(owner, np.take(di, which)), np.take(cov, which)
+        covers, start, end = np.array([q[1:] for q in queries], dtype=float).reshape(-1, 3).T
+        keep = np.take(start, qi) <= np.take(self.p_to, slots)
+        keep &= np.take(self.p_from, slots) <= np.take(end, qi)
+        if covers.any():
+            keep &= (np.take(covers, qi) == 0) | cov
         return _unique_pairs(qi[keep], slots[keep], len(conjs) > len(queries))
 
     def _dense(self, boxes: list[dict], fill: tuple[float, float]):
