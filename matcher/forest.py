@@ -312,14 +312,7 @@ class Forest:
         """The children of (query, node) pairs, tested pair by pair."""
         which, kids = self.children.gather(ni)
         qi, inherit = np.take(qi, which), np.take(inherit, which)
-        ov = inherit.copy()
-        test = np.flatnonzero(~inherit)
-        tq, tn = np.take(qi, test), np.take(kids, test)
-        hit = np.ones(len(test), dtype=bool)
-        for col in range(q_lo.shape[0]):
-            hit &= np.take(q_lo[col], tq) <= np.take(self.hi[col], tn)
-            hit &= np.take(self.lo[col], tn) <= np.take(q_hi[col], tq)
-        ov[test] = hit
+        ov = inherit | self._meets(q_lo, q_hi, qi, kids, self.lo, self.hi, ~inherit)
         qi, kids, inherit = qi[ov], kids[ov], inherit[ov]
         return qi, kids, self._covers(q_lo, q_hi, qi, kids, inherit, qaf), inherit
 
@@ -327,16 +320,23 @@ class Forest:
         """Pairs whose query meets the core of the node's pure subtree: it
         then overlaps every box below, which are accepted without tests
         (the thesis's subtree bound, §6.4)."""
-        hits = np.zeros(len(qi), dtype=bool)
-        test = np.flatnonzero(~accepted & np.take(self.pure, ni))
-        if len(test):
-            tq, tn = np.take(qi, test), np.take(ni, test)
-            ok = np.ones(len(test), dtype=bool)
+        test = ~accepted & np.take(self.pure, ni)
+        return self._meets(q_lo, q_hi, qi, ni, self.core_lo, self.core_hi, test)
+
+    @staticmethod
+    def _meets(q_lo, q_hi, qi, ni, lo, hi, test: np.ndarray) -> np.ndarray:
+        """For the pairs selected by `test`: does the query's box meet the
+        node's box in (`lo`, `hi`)? False for the others."""
+        out = np.zeros(len(qi), dtype=bool)
+        picked = np.flatnonzero(test)
+        if len(picked):
+            tq, tn = np.take(qi, picked), np.take(ni, picked)
+            ok = np.ones(len(picked), dtype=bool)
             for col in range(q_lo.shape[0]):
-                ok &= np.take(q_lo[col], tq) <= np.take(self.core_hi[col], tn)
-                ok &= np.take(self.core_lo[col], tn) <= np.take(q_hi[col], tq)
-            hits[test] = ok
-        return hits
+                ok &= np.take(q_lo[col], tq) <= np.take(hi[col], tn)
+                ok &= np.take(lo[col], tn) <= np.take(q_hi[col], tq)
+            out[picked] = ok
+        return out
 
     def _covers(self, q_lo, q_hi, qi, ni, inherit, qaf):
         """Box containment of overlapping pairs, the way covering prunes: a
