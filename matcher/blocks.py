@@ -7,11 +7,18 @@ list owns a block with spare capacity; a full block moves to the end of the
 array at double size (amortized O(1), like a dynamic array), and the array is
 compacted when more than half of it is abandoned space. Every element lives
 in exactly one list, so removal is a swap with the last element of its block.
+
+Elements are 32-bit (node and entry ids stay far below 2**31): a batch's
+matches are expanded into arrays of millions of them, and their width is
+what those passes cost.
 """
 
 from __future__ import annotations
 
 import numpy as np
+
+ELEMENT = np.int32
+SLICE_RUN = 32  # mean elements per list above which a gather copies blocks
 
 
 def _grow(a: np.ndarray, n: int, fill) -> np.ndarray:
@@ -23,10 +30,15 @@ def _grow(a: np.ndarray, n: int, fill) -> np.ndarray:
 
 
 class BlockStore:
-    __slots__ = ("data", "used", "wasted", "start", "count", "cap", "slot", "owner")
+    """Lists of elements, each element optionally carrying a value that is
+    stored beside it, so that a gather can yield the values directly (one
+    pass over a batch's matches instead of a gather and a lookup)."""
 
-    def __init__(self) -> None:
-        self.data = np.zeros(64, dtype=np.int64)
+    __slots__ = ("data", "vals", "used", "wasted", "start", "count", "cap", "slot", "owner")
+
+    def __init__(self, with_values: bool = False) -> None:
+        self.data = np.zeros(64, dtype=ELEMENT)
+        self.vals = np.zeros(64, dtype=ELEMENT) if with_values else None
         self.used = 0  # data[:used] is allocated to blocks (live or abandoned)
         self.wasted = 0
         self.start = np.zeros(16, dtype=np.int64)  # per list
@@ -54,7 +66,7 @@ class BlockStore:
             self.start, self.count = _grow(self.start, lists, 0), _grow(self.count, lists, 0)
             self.cap = _grow(self.cap, lists, 0)
 
-    def add(self, lst: int, elem: int) -> None:
+    def add(self, lst: int, elem: int, value: int = 0) -> None:
         self.reserve(lst + 1)
         if elem >= len(self.slot):
             self.slot, self.owner = _grow(self.slot, elem + 1, -1), _grow(self.owner, elem + 1, -1)
@@ -63,6 +75,8 @@ class BlockStore:
             self._move(lst, max(4, 2 * int(n)))
         pos = self.start[lst] + n
         self.data[pos] = elem
+        if self.vals is not None:
+            self.vals[pos] = value
         self.slot[elem] = pos
         self.owner[elem] = lst
         self.count[lst] = n + 1
@@ -74,6 +88,8 @@ class BlockStore:
         last = self.start[lst] + self.count[lst] - 1
         moved = self.data[last]
         self.data[pos] = moved
+        if self.vals is not None:
+            self.vals[pos] = self.vals[last]
         self.slot[moved] = pos
         self.count[lst] -= 1
         self.slot[elem] = -1
@@ -100,6 +116,9 @@ class BlockStore:
         self.data = _grow(self.data, self.used + new_cap, 0)
         dest = self.used
         self.data[dest : dest + n] = self.data[s : s + n]
+        if self.vals is not None:
+            self.vals = _grow(self.vals, len(self.data), 0)
+            self.vals[dest : dest + n] = self.vals[s : s + n]
         self.slot[self.data[dest : dest + n]] = np.arange(dest, dest + n)
         self.wasted += int(self.cap[lst])
         self.start[lst], self.cap[lst] = dest, new_cap
@@ -109,24 +128,49 @@ class BlockStore:
         caps = self.cap
         new_start = np.cumsum(caps) - caps
         lists = np.flatnonzero(self.count)
-        owners, elems = self.gather(lists)
-        counts = self.count[lists]
+        counts, idx = self._positions(lists)
+        elems = np.take(self.data, idx)
         offsets = np.arange(len(elems)) - np.repeat(np.cumsum(counts) - counts, counts)
-        dest = new_start[lists][owners] + offsets
-        data = np.zeros(max(64, int(caps.sum()) * 2), dtype=np.int64)
+        dest = np.repeat(new_start[lists], counts) + offsets
+        data = np.zeros(max(64, int(caps.sum()) * 2), dtype=ELEMENT)
         data[dest] = elems
+        if self.vals is not None:
+            vals = np.zeros(len(data), dtype=ELEMENT)
+            vals[dest] = np.take(self.vals, idx)
+            self.vals = vals
         self.slot[elems] = dest
         self.data, self.start = data, new_start
         self.used, self.wasted = int(caps.sum()), 0
 
     def gather(self, lists: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """All elements of the given lists: (index into `lists`, element)."""
+        counts, elems = self.gather_counts(lists)
+        return np.repeat(np.arange(len(lists)), counts), elems
+
+    def gather_counts(
+        self, lists: np.ndarray, values: bool = False
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """All elements (or their values) of the given lists, in their order,
+        and how many each list gave (so callers can `np.repeat` what they
+        carry per list)."""
+        src = self.vals if values else self.data
+        counts = np.take(self.count, lists)
+        if len(lists) and int(counts.sum()) >= SLICE_RUN * len(lists):
+            # Long runs (entries shared by many subscriptions): copying
+            # whole blocks beats computing an index per element.
+            starts = np.take(self.start, lists).tolist()
+            parts = [src[a : a + n] for a, n in zip(starts, counts.tolist(), strict=True)]
+            return counts, np.concatenate(parts)
+        counts, idx = self._positions(lists)
+        return counts, np.take(src, idx)
+
+    def _positions(self, lists: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         counts = np.take(self.count, lists)
         total = int(counts.sum())
+        wide = np.int64 if len(self.data) >= 2**31 else np.int32
         if total == 0:
-            empty = np.zeros(0, dtype=np.int64)
-            return empty, empty
-        which = np.repeat(np.arange(len(lists)), counts)
+            return counts, np.zeros(0, dtype=wide)
         first = np.cumsum(counts) - counts
-        idx = np.repeat(np.take(self.start, lists) - first, counts) + np.arange(total)
-        return which, np.take(self.data, idx)
+        idx = np.repeat((np.take(self.start, lists) - first).astype(wide), counts)
+        idx += np.arange(total, dtype=wide)
+        return counts, idx

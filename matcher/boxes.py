@@ -79,23 +79,33 @@ class Dims:
 
     def profile_box(self, profile: Profile) -> dict[int, tuple[float, float]]:
         bounds: dict[int, tuple[float, float]] = {}
+        columns = self.columns
         for attr, v in profile.attrs.items():
             if isinstance(v, tuple):
-                bounds[self.column(attr, NUM)] = v
+                key, box = (attr, NUM), v
             elif isinstance(v, bool):
-                bounds[self.column(attr, BOOL)] = (float(v), float(v))
+                key, box = (attr, BOOL), (float(v), float(v))
             else:
-                code = self.code(v)
-                bounds[self.column(attr, STR)] = (code, code)
+                code = self.codes.get(v)
+                if code is None:
+                    code = self.code(v)
+                key, box = (attr, STR), (float(code), float(code))
+            col = columns.get(key)
+            bounds[self.column(*key) if col is None else col] = box
         return bounds
 
-    def dense(self, bounds: dict[int, tuple[float, float]], fill: tuple[float, float]):
-        """One box as two dense rows over the current columns."""
-        lo = np.full(len(self.columns), fill[0])
-        hi = np.full(len(self.columns), fill[1])
-        for col, (a, b) in bounds.items():
-            lo[col], hi[col] = a, b
-        return lo, hi
+    def matrix(
+        self, boxes: list[dict[int, tuple[float, float]]], fill: tuple[float, float]
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Many boxes as (columns × boxes) bound arrays, column-major like the
+        forests' (filled as Python lists: item assignment into numpy costs
+        several times more)."""
+        d, n = len(self.columns), len(boxes)
+        lo, hi = [fill[0]] * (d * n), [fill[1]] * (d * n)
+        for i, bounds in enumerate(boxes):
+            for col, (a, b) in bounds.items():
+                lo[col * n + i], hi[col * n + i] = a, b
+        return np.array(lo).reshape(d, n), np.array(hi).reshape(d, n)
 
 
 FILTER_FILL = (-INF, INF)

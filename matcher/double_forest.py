@@ -14,11 +14,13 @@ from typing import Any
 
 import numpy as np
 
-from matcher.blocks import _grow
+from matcher.blocks import ELEMENT, _grow
 from matcher.boxes import FILTER_FILL, PROFILE_FILL, Dims
 from matcher.constraints import Conjunction
 from matcher.forest import Forest
 from matcher.profiles import Profile
+
+ALWAYS = (-np.inf, np.inf)
 
 
 class _Slots:
@@ -48,13 +50,16 @@ class _Slots:
 class DoubleForest:
     def __init__(self) -> None:
         self.dims = Dims()
-        self.sub_forest = Forest(self.dims, FILTER_FILL, Conjunction.covers_filter)
+        # Subscription entries carry their subscription slot in the store.
+        self.sub_forest = Forest(
+            self.dims, FILTER_FILL, Conjunction.covers_filter, entry_values=True
+        )
         self.profile_forest = Forest(self.dims, PROFILE_FILL, Profile.covers)
         self.subs = _Slots()
         self.profiles = _Slots()
         self.sub_entries: list[list[int]] = []  # slot -> its entry ids (one per disjunct)
         self.entry_free: list[int] = []
-        self.e_sub = np.zeros(16, dtype=np.int64)
+        self.e_sub = np.zeros(16, dtype=ELEMENT)
         self.e_covers = np.zeros(16, dtype=bool)
         self.e_from = np.zeros(16)
         self.e_to = np.zeros(16)
@@ -81,7 +86,7 @@ class DoubleForest:
         for conj in conjunctions:
             entry = self._new_entry(slot, covers, valid_from, valid_to)
             bounds, exact = self.dims.filter_box(conj)
-            self.sub_forest.add(conj, bounds, exact, entry)
+            self.sub_forest.add(conj, bounds, exact, entry, slot)
             entries.append(entry)
         self.sub_entries[slot] = entries
         self.multi_disjunct += len(entries) > 1
@@ -109,6 +114,8 @@ class DoubleForest:
         for entry in self.sub_entries[slot]:
             self.sub_forest.discard(entry)
             self.entry_free.append(entry)
+            self.e_from[entry], self.e_to[entry] = ALWAYS  # lets every query past
+
         self.sub_entries[slot] = []
         self.subs.give_back(slot)
 
@@ -125,6 +132,7 @@ class DoubleForest:
     def remove_profile(self, slot: int) -> None:
         self.profile_forest.discard(slot)
         self.profiles.give_back(slot)
+        self.p_from[slot], self.p_to[slot] = ALWAYS
 
     # -- queries ------------------------------------------------------------
 
@@ -133,13 +141,13 @@ class DoubleForest:
     ) -> tuple[np.ndarray, np.ndarray]:
         """Profiles (held or not) against the subscriptions: (query index, sub slot).
 
-        Pairs come out in no particular order.
+        Pairs come out grouped by query index.
         """
         if not profiles or not len(self.sub_forest):
             empty = np.zeros(0, dtype=np.int64)
             return empty, empty
         boxes = [self.dims.profile_box(p) for p in profiles]
-        q_lo, q_hi = self._dense(boxes, PROFILE_FILL)
+        q_lo, q_hi = self.dims.matrix(boxes, PROFILE_FILL)
         forest = self.sub_forest
         forest.need_covers = self.covers_entries > 0
 
@@ -150,28 +158,33 @@ class DoubleForest:
         qi, nodes, cov = forest.descend(
             q_lo, q_hi, np.zeros(len(profiles), dtype=bool), exact, qaf=False
         )
-        which, entries = forest.entries.gather(nodes)
-        qi, cov = np.take(qi, which), np.take(cov, which)
         span = np.asarray(intervals, dtype=float).reshape(-1, 2).T
-        keep = np.take(self.e_from, entries) <= np.take(span[1], qi)
-        keep &= np.take(span[0], qi) <= np.take(self.e_to, entries)
-        if self.covers_entries:
-            keep &= ~np.take(self.e_covers, entries) | cov
-        subs = np.take(self.e_sub, entries[keep])
-        return _unique_pairs(qi[keep], subs, self.multi_disjunct > 0)
+        n = self.n_entries
+        if not self.covers_entries and _all_within(span, self.e_from[:n], self.e_to[:n]):
+            # Every node match holds for all its entries: their subscription
+            # slots are read straight from the store, one pass.
+            qi, subs, _ = _expand_entries(forest, qi, nodes, cov, False, values=True)
+        else:
+            qi, entries, cov = _expand_entries(forest, qi, nodes, cov, self.covers_entries > 0)
+            keep = _within(span, qi, entries, self.e_from, self.e_to)
+            if self.covers_entries:
+                keep &= ~np.take(self.e_covers, entries) | cov
+            subs = np.take(self.e_sub, entries[keep])
+            qi = qi[keep]
+        return _unique_pairs(qi, subs, self.multi_disjunct > 0)
 
     def match_subscriptions(
         self, queries: list[tuple[list[Conjunction], bool, float, float]]
     ) -> tuple[np.ndarray, np.ndarray]:
         """Subscriptions (held or not: conjunctions, covers?, from, to) against
-        the held profiles: (query index, profile slot), in no particular order."""
+        the held profiles: (query index, profile slot), grouped by query index."""
         conjs = [c for conjunctions, *_ in queries for c in conjunctions]
         if not conjs or not len(self.profile_forest):
             empty = np.zeros(0, dtype=np.int64)
             return empty, empty
         owner = np.repeat(np.arange(len(queries)), [len(q[0]) for q in queries])
         boxes = [self.dims.filter_box(c) for c in conjs]
-        q_lo, q_hi = self._dense([b for b, _ in boxes], FILTER_FILL)
+        q_lo, q_hi = self.dims.matrix([b for b, _ in boxes], FILTER_FILL)
         q_exact = np.array([e for _, e in boxes], dtype=bool)
         forest = self.profile_forest
 
@@ -180,28 +193,54 @@ class DoubleForest:
             return conjs[q].overlaps(profile), conjs[q].covers(profile)
 
         di, nodes, cov = forest.descend(q_lo, q_hi, q_exact, exact, qaf=True)
-        which, slots = forest.entries.gather(nodes)
-        qi, cov = np.take(owner, np.take(di, which)), np.take(cov, which)
         covers, start, end = np.array([q[1:] for q in queries], dtype=float).reshape(-1, 3).T
-        keep = np.take(start, qi) <= np.take(self.p_to, slots)
-        keep &= np.take(self.p_from, slots) <= np.take(end, qi)
-        if covers.any():
-            keep &= (np.take(covers, qi) == 0) | cov
-        return _unique_pairs(qi[keep], slots[keep], len(conjs) > len(queries))
-
-    def _dense(self, boxes: list[dict], fill: tuple[float, float]):
-        """Query boxes, column-major (columns × queries) like the forests'."""
-        d = len(self.dims)
-        lo = np.full((d, len(boxes)), fill[0])
-        hi = np.full((d, len(boxes)), fill[1])
-        for i, bounds in enumerate(boxes):
-            for col, (a, b) in bounds.items():
-                lo[col, i], hi[col, i] = a, b
-        return lo, hi
+        di, slots, cov = _expand_entries(forest, di, nodes, cov, bool(covers.any()))
+        qi = np.take(owner, di)
+        n = len(self.profiles.handles)
+        if covers.any() or not _all_within((start, end), self.p_from[:n], self.p_to[:n]):
+            keep = _within((start, end), qi, slots, self.p_from, self.p_to)
+            if covers.any():
+                keep &= (np.take(covers, qi) == 0) | cov
+            qi, slots = qi[keep], slots[keep]
+        return _unique_pairs(qi, slots, len(conjs) > len(queries))
 
     def check_invariants(self) -> None:
         self.sub_forest.check_invariants()
         self.profile_forest.check_invariants()
+
+
+def _expand_entries(
+    forest: Forest,
+    qi: np.ndarray,
+    nodes: np.ndarray,
+    cov: np.ndarray,
+    with_cov: bool,
+    values: bool = False,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """(query, node) pairs to (query, entry) pairs (or entry values),
+    grouped by query: the few node pairs are sorted, not the many entry
+    pairs. The covers flags only where asked for."""
+    order = np.argsort(qi, kind="stable")
+    qi, nodes = qi[order], nodes[order]
+    counts, entries = forest.entries.gather_counts(nodes, values)
+    cov = np.repeat(cov[order], counts) if with_cov else None
+    return np.repeat(qi.astype(ELEMENT), counts), entries, cov
+
+
+def _all_within(span, starts: np.ndarray, ends: np.ndarray) -> bool:
+    """Whether every held item's interval meets every query's: one test per
+    batch instead of one per pair (the common case: long-lived
+    subscriptions). Free slots hold (-inf, inf), so they never fail it."""
+    q_from, q_to = span
+    return not len(starts) or bool(starts.max() <= q_to.min() and q_from.max() <= ends.min())
+
+
+def _within(span, qi: np.ndarray, items: np.ndarray, starts, ends) -> np.ndarray:
+    """Which (query, item) pairs have intersecting intervals."""
+    q_from, q_to = span
+    keep = np.take(starts, items) <= np.take(q_to, qi)
+    keep &= np.take(q_from, qi) <= np.take(ends, items)
+    return keep
 
 
 def _unique_pairs(a: np.ndarray, b: np.ndarray, needed: bool) -> tuple[np.ndarray, np.ndarray]:
@@ -209,5 +248,5 @@ def _unique_pairs(a: np.ndarray, b: np.ndarray, needed: bool) -> tuple[np.ndarra
     if not needed or not len(a):
         return a, b
     width = int(b.max()) + 1
-    keys = np.unique(a * width + b)
+    keys = np.unique(a.astype(np.int64) * width + b)
     return keys // width, keys % width

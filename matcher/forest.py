@@ -27,7 +27,9 @@ ExactTest = Callable[[int, int], tuple[bool, bool]]
 class Forest:
     """Nodes keyed by covering-ordered keys; `covers(a, b)` is the exact order."""
 
-    def __init__(self, dims: Dims, fill: tuple[float, float], covers: Callable) -> None:
+    def __init__(
+        self, dims: Dims, fill: tuple[float, float], covers: Callable, entry_values: bool = False
+    ) -> None:
         self.dims = dims
         self.fill = fill
         self.covers = covers
@@ -47,7 +49,7 @@ class Forest:
         self.by_key: dict[Hashable, int] = {}
         self.free: list[int] = []
         self.children = BlockStore()
-        self.entries = BlockStore()
+        self.entries = BlockStore(entry_values)
         # Long child lists (the root set above all) mirrored as contiguous
         # (columns × children) bounds in the list's own order, kept up to date
         # on every attach and detach, so scanning them is a brute-force scan.
@@ -61,13 +63,14 @@ class Forest:
 
     # -- structure ----------------------------------------------------------
 
-    def add(self, key: Hashable, bounds: dict, exact: bool, entry: int) -> int:
-        """Attach an entry to the node of `key`, creating the node if needed."""
+    def add(self, key: Hashable, bounds: dict, exact: bool, entry: int, value: int = 0) -> int:
+        """Attach an entry (and the value it carries, if the forest keeps
+        entry values) to the node of `key`, creating the node if needed."""
         node = self.by_key.get(key)
         if node is None:
             node = self._new_node(key, bounds, exact)
             self._place(node, ROOT)
-        self.entries.add(node, entry)
+        self.entries.add(node, entry, value)
         return node
 
     def discard(self, entry: int) -> None:
