@@ -16,7 +16,7 @@ in results is a bug and not a difference of semantics.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Callable, Collection, Hashable, Iterable
 from typing import Any
 
 import numpy as np
@@ -26,6 +26,18 @@ from matcher.constraints import Conjunction
 from matcher.profiles import Profile
 
 Bounds = dict[int, tuple[float, float]]
+# One query's answer: the matching keys in whatever form the contender makes
+# them (a numpy array for the scans and the forest, a set for the poset and
+# the R-tree); the benchmark compares them as sets, outside the timing.
+Keys = Collection[int]
+
+
+def key_set(keys: Keys) -> set[int]:
+    """An answer as a set; an array that repeats a key is a wrong answer."""
+    out = set(keys.tolist()) if isinstance(keys, np.ndarray) else set(keys)
+    if len(out) != len(keys):
+        raise ValueError(f"an answer repeats keys: {len(keys)} keys, {len(out)} distinct")
+    return out
 
 
 class Contender:
@@ -43,11 +55,11 @@ class Contender:
     def delete(self, key: int) -> None:
         self._subs.delete(key)
 
-    def match_profile(self, profile: Profile) -> set[int]:
+    def match_profile(self, profile: Profile) -> Keys:
         """Keys of the filters that overlap `profile`."""
         return self._subs.match(profile)
 
-    def match_profiles(self, profiles: list[Profile]) -> list[set[int]]:
+    def match_profiles(self, profiles: list[Profile]) -> list[Keys]:
         """A batch at once; a baseline simply loops (the DoubleForest does not)."""
         return [self._subs.match(p) for p in profiles]
 
@@ -57,11 +69,11 @@ class Contender:
     def delete_profile(self, key: int) -> None:
         self._profiles.delete(key)
 
-    def match_subscription(self, conj: Conjunction) -> set[int]:
+    def match_subscription(self, conj: Conjunction) -> Keys:
         """Keys of the profiles that `conj` overlaps."""
         return self._profiles.match(conj)
 
-    def match_subscriptions(self, conjs: list[Conjunction]) -> list[set[int]]:
+    def match_subscriptions(self, conjs: list[Conjunction]) -> list[Keys]:
         return [self._profiles.match(c) for c in conjs]
 
 
@@ -128,8 +140,9 @@ class _Scan:
         self.items.pop()
         self.n = last
 
-    def match(self, query: Any, bounds: Bounds, cols: Iterable[int]) -> set[int]:
-        """Rows whose box meets `bounds` on every column in `cols`."""
+    def match(self, query: Any, bounds: Bounds, cols: Iterable[int]) -> np.ndarray:
+        """Rows whose box meets `bounds` on every column in `cols` (and
+        that pass the exact test where the box is only necessary)."""
         n = self.n
         mask = np.ones(n, dtype=bool)
         for col in cols:
@@ -137,36 +150,37 @@ class _Scan:
             mask &= self.lo[col, :n] <= b
             mask &= self.hi[col, :n] >= a
         rows = np.flatnonzero(mask)
-        hits = set(self.keys[rows].tolist())
-        for row in rows[self.check[rows]].tolist():
-            if not self.hit(query, self.items[row]):
-                hits.discard(int(self.keys[row]))
-        return hits
+        checked = self.check[rows]
+        if checked.any():
+            for i in np.flatnonzero(checked).tolist():
+                checked[i] = not self.hit(query, self.items[rows[i]])
+            rows = rows[~checked]
+        return rows
 
 
 class _ScanFilters(_Scan):
     def __init__(self, dims: Dims) -> None:
         super().__init__(dims, FILTER_FILL, dims.filter_box, _filter_hit)
 
-    def match(self, profile: Profile) -> set[int]:  # type: ignore[override]
+    def match(self, profile: Profile) -> np.ndarray:  # type: ignore[override]
         bounds = self.dims.profile_box(profile)
         self._fit(self.n)
         # Every column: a filter constraining an attribute the profile lacks must fail.
-        return super().match(profile, bounds, range(self.lo.shape[0]))
+        return self.keys[super().match(profile, bounds, range(self.lo.shape[0]))]
 
 
 class _ScanProfiles(_Scan):
     def __init__(self, dims: Dims) -> None:
         super().__init__(dims, PROFILE_FILL, lambda p: (dims.profile_box(p), False), _profile_hit)
 
-    def match(self, conj: Conjunction) -> set[int]:  # type: ignore[override]
+    def match(self, conj: Conjunction) -> np.ndarray:  # type: ignore[override]
         bounds, check = self.dims.filter_box(conj)
         self._fit(self.n)
         # Only constrained columns: an unconstrained one meets every profile.
-        hits = super().match(conj, bounds, bounds)
+        rows = super().match(conj, bounds, bounds)
         if check:
-            hits = {k for k in hits if conj.overlaps(self.items[self.row_of[k]])}
-        return hits
+            rows = rows[[conj.overlaps(self.items[r]) for r in rows.tolist()]]
+        return self.keys[rows]
 
 
 class BruteForce(Contender):

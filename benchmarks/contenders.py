@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from benchmarks.baselines import BruteForce, Contender, RTree, SienaPoset
+from benchmarks.baselines import BruteForce, Contender, Keys, RTree, SienaPoset
 from matcher.boxes import Dims
 from matcher.constraints import Conjunction
 from matcher.double_forest import DoubleForest
@@ -31,8 +31,8 @@ class Forest(Contender):
         self.df = DoubleForest()
         self.sub_slot: dict[int, int] = {}
         self.profile_slot: dict[int, int] = {}
-        # slot -> key, as arrays, so that answers become sets without a
-        # Python loop per match (the scan's answer is `set(keys[rows])` too)
+        # slot -> key, as arrays, so that answers are key arrays without a
+        # Python loop per match (the scan's answer is `keys[rows]` too)
         self.sub_keys = np.zeros(16, dtype=np.int64)
         self.profile_keys = np.zeros(16, dtype=np.int64)
 
@@ -43,10 +43,10 @@ class Forest(Contender):
     def delete(self, key: int) -> None:
         self.df.remove_subscription(self.sub_slot.pop(key))
 
-    def match_profile(self, profile: Profile) -> set[int]:
+    def match_profile(self, profile: Profile) -> np.ndarray:
         return self.match_profiles([profile])[0]
 
-    def match_profiles(self, profiles: list[Profile]) -> list[set[int]]:
+    def match_profiles(self, profiles: list[Profile]) -> list[Keys]:
         qi, slots = self.df.match_profiles(profiles, [ALWAYS] * len(profiles))
         return _group(len(profiles), qi, slots, self.sub_keys)
 
@@ -57,10 +57,10 @@ class Forest(Contender):
     def delete_profile(self, key: int) -> None:
         self.df.remove_profile(self.profile_slot.pop(key))
 
-    def match_subscription(self, conj: Conjunction) -> set[int]:
+    def match_subscription(self, conj: Conjunction) -> np.ndarray:
         return self.match_subscriptions([conj])[0]
 
-    def match_subscriptions(self, conjs: list[Conjunction]) -> list[set[int]]:
+    def match_subscriptions(self, conjs: list[Conjunction]) -> list[Keys]:
         qi, slots = self.df.match_subscriptions([([c], False, *ALWAYS) for c in conjs])
         return _group(len(conjs), qi, slots, self.profile_keys)
 
@@ -72,12 +72,11 @@ def _put(keys: np.ndarray, slot: int, key: int) -> np.ndarray:
     return keys
 
 
-def _group(n: int, qi: np.ndarray, slots: np.ndarray, keys: np.ndarray) -> list[set[int]]:
-    """(query, slot) pairs as one set of keys per query."""
-    order = np.argsort(qi, kind="stable")
-    found = np.take(keys, np.take(slots, order))
-    bounds = np.searchsorted(np.take(qi, order), np.arange(n + 1)).tolist()
-    return [set(found[a:b].tolist()) for a, b in zip(bounds, bounds[1:], strict=False)]
+def _group(n: int, qi: np.ndarray, slots: np.ndarray, keys: np.ndarray) -> list[np.ndarray]:
+    """(query, slot) pairs, grouped by query, as one array of keys per query."""
+    bounds = np.searchsorted(qi, np.arange(n + 1)).tolist()
+    found = np.take(keys, slots)
+    return [found[a:b] for a, b in zip(bounds, bounds[1:], strict=False)]
 
 
 # name -> factory given the space's columns (registered beforehand)
