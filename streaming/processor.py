@@ -6,10 +6,13 @@ State per key, in the RocksDB state store:
   cached matcher is used only for the exact state it was built from), the
   change-log length, the event-time timer now registered, and the counts of
   held subscriptions and profiles (read by `tsm run` at start for its gauges);
-- `snapshot`: `SpaceMatcher.dump()`, rewritten only when the log is compacted;
+- `snapshot`: the whole matcher (`state_cache.dump_snapshot`), rewritten
+  only when the log is compacted;
 - `log`: the held-set changes since the snapshot, `(kind, id) → record or
   null` (the latest change per id wins), written from `drain_changes()`, so
-  that a batch writes what it changed, never the whole index.
+  that a batch writes what it changed, never the whole index. A batch whose
+  changes would take the log over `snapshot_every` entries writes the new
+  snapshot instead (and clears the log), not its changes one by one first.
 
 A matcher is rebuilt (snapshot + log) only when the worker's cache has no
 entry for the current token. Timers: one per key, at the next `valid_to` + 1
@@ -21,6 +24,7 @@ and they are judged here against the watermark in force at the batch start.
 
 from __future__ import annotations
 
+import json
 import random
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -30,14 +34,68 @@ from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 from pyspark.sql.streaming.stateful_processor import ExpiredTimerInfo, TimerValues
 
 from connectors.config import Topics
-from matcher.engine import SpaceMatcher, encode, late_reason
+from matcher.engine import MATCH_FIELDS, SpaceMatcher, late_reason
 from matcher.records import Source, dead_letter, decode, from_state, to_state
 from matcher.sharding import Sharding
 from streaming import state_cache
 from streaming.decode_stage import DEAD_LETTER_KEY, KIND_ORDER
+from streaming.state_cache import dump_snapshot, load_snapshot
 
 OUTPUT_DDL = "topic string, key binary, value binary"  # connectors.kafka_sink.SINK_COLUMNS
 _KINDS = {order: kind for kind, order in KIND_ORDER.items()}
+
+
+class _Out(Row):
+    """An output row `topic, key, value`. The job emits one per match event, so
+    it is made as a plain tuple and turned into the dict Spark asks for
+    (`asDict(True)`) directly, not by Row's field-by-field generality."""
+
+    __fields__ = ["topic", "key", "value"]
+
+    def __new__(cls, topic: str, key: bytes | None, value: bytes) -> _Out:
+        return tuple.__new__(cls, (topic, key, value))
+
+    def asDict(self, recursive: bool = False) -> dict[str, Any]:  # noqa: ARG002 (flat)
+        return {"topic": self[0], "key": self[1], "value": self[2]}
+
+
+# `matcher.engine.encode` (compact JSON, UTF-8), byte for byte, faster:
+# json.dumps builds a new encoder per call when given separators.
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
+_STR = json.encoder.encode_basestring  # how that encoder writes a str
+
+
+def _encode(value: Any) -> bytes:
+    return _ENCODER.encode(value).encode()
+
+
+def _encode_match(e: dict[str, Any], payloads: dict[int, tuple[Any, str]]) -> bytes:
+    """`_encode` of a match event (`MATCH_FIELDS` in order), written field by field;
+    `payloads` caches the JSON of each payload object (a profile's events share it).
+    Anything unusual goes through `_encode`."""
+    vf, vt, ts, payload = e["valid_from"], e["valid_to"], e["ts"], e["payload"]
+    if (
+        tuple(e) != MATCH_FIELDS
+        or type(vf) is not int
+        or type(ts) is not int
+        or not (vt is None or type(vt) is int)
+    ):
+        return _encode(e)
+    cached = payloads.get(id(payload))
+    if cached is None or cached[0] is not payload:
+        cached = payloads[id(payload)] = (payload, _ENCODER.encode(payload))
+    try:
+        text = (
+            f'{{"event":{_STR(e["event"])},"reason":{_STR(e["reason"])},'
+            f'"match_id":{_STR(e["match_id"])},"space":{_STR(e["space"])},'
+            f'"subscription_id":{_STR(e["subscription_id"])},'
+            f'"subscriber":{_STR(e["subscriber"])},"profile_id":{_STR(e["profile_id"])},'
+            f'"relation":{_STR(e["relation"])},"valid_from":{vf},'
+            f'"valid_to":{"null" if vt is None else vt},"ts":{ts},"payload":{cached[1]}}}'
+        )
+    except TypeError:  # a field that is not a str
+        return _encode(e)
+    return text.encode()
 
 
 class MatchProcessor(StatefulProcessor):
@@ -71,7 +129,7 @@ class MatchProcessor(StatefulProcessor):
     ) -> Iterator[Row]:
         skey = key[0]
         if skey == DEAD_LETTER_KEY:
-            out = [Row(topic=self.deadletter_topic, key=None, value=r.value) for r in rows]
+            out = [_Out(self.deadletter_topic, None, r.value) for r in rows]
             self.metrics.add({"dead_letters": len(out)})
             return iter(out)
         watermark = timerValues.getCurrentWatermarkInMs()
@@ -135,7 +193,7 @@ class MatchProcessor(StatefulProcessor):
         """Snapshot + change log → matcher; a key with no state gets a new one."""
         snapshot = self.snapshot.get() if self.snapshot.exists() else None
         if snapshot is not None:
-            matcher = SpaceMatcher.load(snapshot[0])
+            matcher = load_snapshot(snapshot[0])
         else:
             cell = self.sharding.cell_of(skey)
             matcher = SpaceMatcher(skey.rpartition("#")[0] if cell else skey, skey, cell)
@@ -149,15 +207,20 @@ class MatchProcessor(StatefulProcessor):
     ) -> list[Row]:
         """Persist the held-set changes, move the timer, cache the matcher, emit the matches."""
         changes = matcher.drain_changes()
-        if changes:
-            for kind, ident, record in changes:
-                self.log.updateValue((kind, ident), (None if record is None else to_state(record),))
-            meta["log_len"] += len(changes)
-            if meta["log_len"] > self.snapshot_every:
-                self.snapshot.update((matcher.dump(),))
-                self.log.clear()
+        if changes and len(matcher):  # (an emptied key's state is cleared below)
+            if meta["log_len"] + len(changes) > self.snapshot_every:
+                # The log would be compacted right away: write the snapshot
+                # only, not the changes first (one state call, not one a change).
+                self.snapshot.update((dump_snapshot(matcher),))
+                if meta["log_len"]:
+                    self.log.clear()
                 meta["log_len"] = 0
                 counts["snapshots"] = 1
+            else:
+                for kind, ident, record in changes:
+                    rec = None if record is None else to_state(record)
+                    self.log.updateValue((kind, ident), (rec,))
+                meta["log_len"] += len(changes)
         if changes or meta["token"] is None:
             meta["token"] = random.getrandbits(62)
         self._move_timer(matcher, meta)
@@ -174,10 +237,8 @@ class MatchProcessor(StatefulProcessor):
         counts["profiles"] += len(matcher.profiles)
         counts["matches"] = len(records)
         self.metrics.add(counts)
-        return [
-            Row(topic=self.matches_topic, key=r["subscriber"].encode(), value=encode(r))
-            for r in records
-        ]
+        topic, payloads = self.matches_topic, {}
+        return [_Out(topic, r["subscriber"].encode(), _encode_match(r, payloads)) for r in records]
 
     def _move_timer(self, matcher: Any, meta: dict) -> None:
         expiry = matcher.next_expiry()
@@ -191,4 +252,4 @@ class MatchProcessor(StatefulProcessor):
         meta["timer"] = wanted
 
     def _dead_letters(self, letters: Iterable[dict]) -> list[Row]:
-        return [Row(topic=self.deadletter_topic, key=None, value=encode(d)) for d in letters]
+        return [_Out(self.deadletter_topic, None, _encode(d)) for d in letters]
