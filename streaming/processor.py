@@ -8,11 +8,20 @@ State per key, in the RocksDB state store:
   held subscriptions and profiles (read by `tsm run` at start for its gauges);
 - `snapshot`: the whole matcher (`state_cache.dump_snapshot`), rewritten
   only when the log is compacted;
-- `log`: the held-set changes since the snapshot, `(kind, id) → record or
-  null` (the latest change per id wins), written from `drain_changes()`, so
-  that a batch writes what it changed, never the whole index. A batch whose
-  changes would take the log over `snapshot_every` entries writes the new
-  snapshot instead (and clears the log), not its changes one by one first.
+- `log`: the held-set changes since the snapshot, from `drain_changes()`,
+  so that a batch writes what it changed, never the whole index: one entry
+  per batch, `("changes", position) → [[kind, id, record or null], ...]` in
+  order (position: the log length before it, zero-padded), replayed in
+  position order. (Earlier versions wrote one entry per change, `(kind, id)
+  → record or null`, the latest change per id winning; such entries are
+  replayed first.)
+
+The log is compacted into a new snapshot when a batch would take it over
+`snapshot_every` changes and over a quarter of the held records (`LOG_SHARE`):
+a snapshot costs time in proportion to everything held, so a large state is
+rewritten once per that many changes, and a rebuild replays at most that
+share on top of its snapshot. A batch that compacts writes the snapshot
+only, not its changes first.
 
 A matcher is rebuilt (snapshot + log) only when the worker's cache has no
 entry for the current token. Timers: one per key, at the next `valid_to` + 1
@@ -43,6 +52,8 @@ from streaming.state_cache import dump_snapshot, load_snapshot
 
 OUTPUT_DDL = "topic string, key binary, value binary"  # connectors.kafka_sink.SINK_COLUMNS
 _KINDS = {order: kind for kind, order in KIND_ORDER.items()}
+BATCH_KIND = "changes"  # the `log` key kind of a batch's changes
+LOG_SHARE = 4  # compact when the log holds over 1/LOG_SHARE of the held records (and more)
 
 
 class _Out(Row):
@@ -197,8 +208,15 @@ class MatchProcessor(StatefulProcessor):
         else:
             cell = self.sharding.cell_of(skey)
             matcher = SpaceMatcher(skey.rpartition("#")[0] if cell else skey, skey, cell)
+        batches = []
         for (kind, ident), (rec,) in self.log.iterator():
-            matcher.restore(kind, ident, None if rec is None else from_state(rec))
+            if kind == BATCH_KIND:
+                batches.append((int(ident), rec))
+            else:  # one change, as earlier versions wrote them
+                matcher.restore(kind, ident, None if rec is None else from_state(rec))
+        for _, rec in sorted(batches):
+            for kind, ident, state in json.loads(rec):
+                matcher.restore(kind, ident, None if state is None else from_state(state))
         matcher.drain_changes()
         return matcher
 
@@ -208,19 +226,18 @@ class MatchProcessor(StatefulProcessor):
         """Persist the held-set changes, move the timer, cache the matcher, emit the matches."""
         changes = matcher.drain_changes()
         if changes and len(matcher):  # (an emptied key's state is cleared below)
-            if meta["log_len"] + len(changes) > self.snapshot_every:
-                # The log would be compacted right away: write the snapshot
-                # only, not the changes first (one state call, not one a change).
+            logged = meta["log_len"] + len(changes)
+            if logged > self.snapshot_every and logged > len(matcher) // LOG_SHARE:
                 self.snapshot.update((dump_snapshot(matcher),))
                 if meta["log_len"]:
                     self.log.clear()
                 meta["log_len"] = 0
                 counts["snapshots"] = 1
             else:
-                for kind, ident, record in changes:
-                    rec = None if record is None else to_state(record)
-                    self.log.updateValue((kind, ident), (rec,))
-                meta["log_len"] += len(changes)
+                entry = [[k, i, None if r is None else to_state(r)] for k, i, r in changes]
+                position = f"{meta['log_len']:012d}"
+                self.log.updateValue((BATCH_KIND, position), (json.dumps(entry),))
+                meta["log_len"] = logged
         if changes or meta["token"] is None:
             meta["token"] = random.getrandbits(62)
         self._move_timer(matcher, meta)

@@ -66,3 +66,106 @@ def test_fast_match_encoding_is_the_engines():
     row = _Out("t", b"k", b"v")
     assert row.asDict(True) == {"topic": "t", "key": b"k", "value": b"v"}
     assert (row.topic, row.key, row.value) == ("t", b"k", b"v")
+
+
+# -- the processor on fake state -----------------------------------------------------------
+
+
+class _Value:
+    def __init__(self) -> None:
+        self.value = None
+
+    def exists(self) -> bool:
+        return self.value is not None
+
+    def get(self):
+        return self.value
+
+    def update(self, value) -> None:
+        self.value = tuple(value)
+
+    def clear(self) -> None:
+        self.value = None
+
+
+class _Map:
+    def __init__(self) -> None:
+        self.entries: dict = {}
+
+    def updateValue(self, key, value) -> None:  # noqa: N802 (Spark's name)
+        self.entries[tuple(key)] = tuple(value)
+
+    def iterator(self):
+        return iter(sorted(self.entries.items(), reverse=True))  # no order promised
+
+    def clear(self) -> None:
+        self.entries = {}
+
+
+class _Handle:
+    def __init__(self) -> None:
+        self.states: dict = {}
+
+    def getValueState(self, name, schema):  # noqa: N802
+        return self.states.setdefault(name, _Value())
+
+    def getMapState(self, name, key_schema, value_schema):  # noqa: N802
+        return self.states.setdefault(name, _Map())
+
+    def registerTimer(self, ms) -> None:  # noqa: N802
+        pass
+
+    def deleteTimer(self, ms) -> None:  # noqa: N802
+        pass
+
+
+class _Timer:
+    def __init__(self, ms: int) -> None:
+        self.ms = ms
+
+    def getCurrentWatermarkInMs(self) -> int:  # noqa: N802
+        return self.ms
+
+
+class _Metrics:
+    def add(self, counts) -> None:
+        pass
+
+
+def test_processor_state_rebuilds_to_the_same_matches():
+    """Batches through the processor, its worker cache emptied before each: what it
+    emits is what one SpaceMatcher emits, through log entries and snapshots alike."""
+    from pyspark.sql import Row
+
+    from connectors.config import Topics
+    from streaming import state_cache
+    from streaming.decode_stage import KIND_ORDER, build_sharding
+    from streaming.processor import MatchProcessor
+
+    subs, profiles = generate("nested", 5, 400, 600)
+    space = subs[0]["space"]
+    topics = Topics(subscriptions="s", profiles="p", matches="m", deadletter="d")
+    processor = MatchProcessor(topics, build_sharding({}), 0, 150, _Metrics())
+    processor.init(_Handle())
+    reference = SpaceMatcher(space)
+    batches = [("subscription", subs[:300]), ("profile", profiles[:100])]
+    batches += [("profile", profiles[i : i + 50]) for i in range(100, 600, 50)]
+    batches += [("subscription", subs[300:])]
+    for kind, rows in batches:
+        topic = "s" if kind == "subscription" else "p"
+        spark_rows = [
+            Row(
+                ts=r["ts"],
+                kord=KIND_ORDER[kind],
+                topic=topic,
+                part=0,
+                off=i,
+                ktime=0,
+                value=json.dumps(r).encode(),
+            )
+            for i, r in enumerate(rows)
+        ]
+        state_cache._entries.clear()
+        out = list(processor.handleInputRows((space,), iter(spark_rows), _Timer(0)))
+        expected = reference.apply_batch(_records(kind, rows, topic))
+        assert [r.value for r in out] == [encode(e) for e in expected]
