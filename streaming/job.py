@@ -53,6 +53,10 @@ def session(
     # A Python worker must connect back within this; the default 15 s is too
     # short for its imports on a busy 2-core machine.
     builder = builder.config("spark.python.authenticate.socketTimeout", "120s")
+    # In local mode the driver's heap is the executor's: the state server holds a
+    # key's snapshot (about 1 KB a subscription) several times over while it
+    # writes it; Spark's default 1 GB runs out at about 100k subscriptions.
+    builder = builder.config("spark.driver.memory", "4g")
     for key, value in session_settings(config).items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()

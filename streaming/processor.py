@@ -10,11 +10,12 @@ State per key, in the RocksDB state store:
   only when the log is compacted;
 - `log`: the held-set changes since the snapshot, from `drain_changes()`,
   so that a batch writes what it changed, never the whole index: one entry
-  per batch, `("changes", position) → [[kind, id, record or null], ...]` in
-  order (position: the log length before it, zero-padded), replayed in
-  position order. (Earlier versions wrote one entry per change, `(kind, id)
-  → record or null`, the latest change per id winning; such entries are
-  replayed first.)
+  per batch, `("changes", position) → [token, [[kind, id, record or null],
+  ...]]` (position: the log length before it, zero-padded; token: the
+  version it makes), replayed in position order; and `("snapshot", "token")
+  → the version the snapshot was written as`. (Earlier versions wrote one
+  entry per change, `(kind, id) → record or null`, the latest change per id
+  winning; such entries are replayed first.)
 
 The log is compacted into a new snapshot when a batch would take it over
 `snapshot_every` changes and over a quarter of the held records (`LOG_SHARE`):
@@ -24,11 +25,17 @@ share on top of its snapshot. A batch that compacts writes the snapshot
 only, not its changes first.
 
 A matcher is rebuilt (snapshot + log) only when the worker's cache has no
-entry for the current token. Timers: one per key, at the next `valid_to` + 1
-(Spark fires a timer once the watermark reaches it; §3 evicts when
-`valid_to < watermark`). Lateness: the watermark column is dropped before
-this stage, so Spark hands late rows over instead of dropping them silently,
-and they are judged here against the watermark in force at the batch start.
+entry for the current token, and no older one that is in the log's history:
+a key's batches land on either Python worker at random, so each worker's
+cached matcher is often a batch or two behind, and is then brought up to
+date with the log entries after its own (the entry that ends at its log
+length must carry its token, or the snapshot's when that is 0).
+
+Timers: one per key, at the next `valid_to` + 1 (Spark fires a timer once the
+watermark reaches it; §3 evicts when `valid_to < watermark`). Lateness: the
+watermark column is dropped before this stage, so Spark hands late rows over
+instead of dropping them silently, and they are judged here against the
+watermark in force at the batch start.
 """
 
 from __future__ import annotations
@@ -53,6 +60,7 @@ from streaming.state_cache import dump_snapshot, load_snapshot
 OUTPUT_DDL = "topic string, key binary, value binary"  # connectors.kafka_sink.SINK_COLUMNS
 _KINDS = {order: kind for kind, order in KIND_ORDER.items()}
 BATCH_KIND = "changes"  # the `log` key kind of a batch's changes
+SNAPSHOT_KIND = "snapshot"  # the `log` key kind of the snapshot's version token
 LOG_SHARE = 4  # compact when the log holds over 1/LOG_SHARE of the held records (and more)
 
 
@@ -107,6 +115,11 @@ def _encode_match(e: dict[str, Any], payloads: dict[int, tuple[Any, str]]) -> by
     except TypeError:  # a field that is not a str
         return _encode(e)
     return text.encode()
+
+
+def _replay(matcher: Any, changes: list) -> None:
+    for kind, ident, state in changes:
+        matcher.restore(kind, ident, None if state is None else from_state(state))
 
 
 class MatchProcessor(StatefulProcessor):
@@ -189,11 +202,17 @@ class MatchProcessor(StatefulProcessor):
     def _matcher(self, skey: str, counts: dict, meta: dict | None = None) -> tuple[Any, dict]:
         """The key's matcher: from the worker cache if it holds this state version, else rebuilt."""
         meta = self._meta() if meta is None else meta
-        matcher = state_cache.take(skey, meta["token"])
-        if matcher is not None:
-            counts["cache_hits"] = 1
+        cached, matcher = state_cache.take(skey), None
+        if cached is not None and meta["token"] is not None:
+            token, log_len, matcher = cached
+            if token == meta["token"]:
+                counts["cache_hits"] = 1
+            else:
+                matcher = self._catch_up(matcher, token, log_len, meta)
+                counts["cache_catch_ups" if matcher is not None else "cache_misses"] = 1
         else:
             counts["cache_misses"] = 1
+        if matcher is None:
             matcher = self._rebuild(skey)
         # The live-count gauges travel as differences (added back in `_save`).
         counts["subscriptions"] = -len(matcher.subs)
@@ -208,15 +227,43 @@ class MatchProcessor(StatefulProcessor):
         else:
             cell = self.sharding.cell_of(skey)
             matcher = SpaceMatcher(skey.rpartition("#")[0] if cell else skey, skey, cell)
-        batches = []
+        batches, _ = self._read_log(matcher)
+        for position in sorted(batches):
+            _replay(matcher, batches[position][1])
+        matcher.drain_changes()
+        return matcher
+
+    def _read_log(self, matcher: Any) -> tuple[dict[int, tuple[int, list]], int | None]:
+        """The log's batch entries by position, `(token, changes)`, and the snapshot's
+        token; per-change entries of earlier versions are restored into `matcher`."""
+        batches, base = {}, None
         for (kind, ident), (rec,) in self.log.iterator():
             if kind == BATCH_KIND:
-                batches.append((int(ident), rec))
+                token, changes = json.loads(rec)
+                batches[int(ident)] = (token, changes)
+            elif kind == SNAPSHOT_KIND:
+                base = int(rec)
             else:  # one change, as earlier versions wrote them
                 matcher.restore(kind, ident, None if rec is None else from_state(rec))
-        for _, rec in sorted(batches):
-            for kind, ident, state in json.loads(rec):
-                matcher.restore(kind, ident, None if state is None else from_state(state))
+        return batches, base
+
+    def _catch_up(self, matcher: Any, token: int, log_len: int, meta: dict) -> Any | None:
+        """`matcher`, cached at version `token` and log length `log_len`, brought up to
+        the current version with the log entries after it; None if that version is
+        not in the log's history (a snapshot since, or a batch that did not commit)."""
+        if log_len > meta["log_len"]:
+            return None
+        probe = SpaceMatcher(matcher.space)  # for per-change entries: there must be none
+        batches, base = self._read_log(probe)
+        if len(probe):
+            return None
+        ends = {p + len(changes): t for p, (t, changes) in batches.items()}
+        if (base if log_len == 0 else ends.get(log_len)) != token:
+            return None
+        if ends.get(meta["log_len"]) != meta["token"]:
+            return None
+        for position in sorted(p for p in batches if p >= log_len):
+            _replay(matcher, batches[position][1])
         matcher.drain_changes()
         return matcher
 
@@ -225,21 +272,21 @@ class MatchProcessor(StatefulProcessor):
     ) -> list[Row]:
         """Persist the held-set changes, move the timer, cache the matcher, emit the matches."""
         changes = matcher.drain_changes()
+        if changes or meta["token"] is None:
+            meta["token"] = random.getrandbits(62)
         if changes and len(matcher):  # (an emptied key's state is cleared below)
             logged = meta["log_len"] + len(changes)
             if logged > self.snapshot_every and logged > len(matcher) // LOG_SHARE:
                 self.snapshot.update((dump_snapshot(matcher),))
-                if meta["log_len"]:
-                    self.log.clear()
+                self.log.clear()
+                self.log.updateValue((SNAPSHOT_KIND, "token"), (str(meta["token"]),))
                 meta["log_len"] = 0
                 counts["snapshots"] = 1
             else:
                 entry = [[k, i, None if r is None else to_state(r)] for k, i, r in changes]
                 position = f"{meta['log_len']:012d}"
-                self.log.updateValue((BATCH_KIND, position), (json.dumps(entry),))
+                self.log.updateValue((BATCH_KIND, position), (json.dumps([meta["token"], entry]),))
                 meta["log_len"] = logged
-        if changes or meta["token"] is None:
-            meta["token"] = random.getrandbits(62)
         self._move_timer(matcher, meta)
         if not len(matcher):
             self.meta.clear()
@@ -249,7 +296,7 @@ class MatchProcessor(StatefulProcessor):
         else:
             counts_held = (len(matcher.subs), len(matcher.profiles))
             self.meta.update((meta["token"], meta["log_len"], meta["timer"], *counts_held))
-            state_cache.put(skey, meta["token"], matcher)
+            state_cache.put(skey, meta["token"], meta["log_len"], matcher)
         counts["subscriptions"] += len(matcher.subs)
         counts["profiles"] += len(matcher.profiles)
         counts["matches"] = len(records)

@@ -6,8 +6,9 @@ snapshot. The state store stays the truth: each entry is tagged with the
 state version token that the processor wrote with it, and an entry whose tag
 differs from the token now in the store (the key ran on another worker
 meanwhile, or the batch is a re-run after a crash and the store rolled back)
-is never used. A matcher is taken out while it is being changed, so that a
-batch that fails half-way cannot leave a half-applied matcher behind.
+is never used as it is (it may be brought up to date from the change log,
+see `streaming.processor`). A matcher is taken out while it is being changed,
+so that a batch that fails half-way cannot leave a half-applied matcher behind.
 
 A miss rebuilds the matcher from its snapshot, so the snapshot's codec is
 here too: `SpaceMatcher.dump`'s pickle, but with the held records and their
@@ -34,20 +35,19 @@ from matcher.records import Publish, Retract, Source, Subscribe, Unsubscribe
 # Matchers kept per worker process; the least recently used goes first.
 MAX_ENTRIES = 512
 
-_entries: OrderedDict[str, tuple[int, Any]] = OrderedDict()
+# key → (version token, change-log length at that version, matcher)
+_entries: OrderedDict[str, tuple[int, int, Any]] = OrderedDict()
 
 
-def take(key: str, token: int | None) -> Any | None:
-    """Remove and return the matcher of `key` if it was cached for `token`, else None."""
-    entry = _entries.pop(key, None)
-    if entry is None or token is None or entry[0] != token:
-        return None
-    return entry[1]
+def take(key: str) -> tuple[int, int, Any] | None:
+    """Remove and return the entry of `key`, `(token, log length, matcher)`, or None.
+    The caller uses the matcher only if it can prove which state version it is."""
+    return _entries.pop(key, None)
 
 
-def put(key: str, token: int, matcher: Any) -> None:
-    """Cache `matcher` as the state of `key` at version `token`."""
-    _entries[key] = (token, matcher)
+def put(key: str, token: int, log_len: int, matcher: Any) -> None:
+    """Cache `matcher` as the state of `key` at version `token` (log length `log_len`)."""
+    _entries[key] = (token, log_len, matcher)
     _entries.move_to_end(key)
     while len(_entries) > MAX_ENTRIES:
         _entries.popitem(last=False)

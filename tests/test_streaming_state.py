@@ -128,13 +128,21 @@ class _Timer:
 
 
 class _Metrics:
+    def __init__(self) -> None:
+        self.seen: list[dict] = []
+
     def add(self, counts) -> None:
-        pass
+        self.seen.append(counts)
 
 
 def test_processor_state_rebuilds_to_the_same_matches():
-    """Batches through the processor, its worker cache emptied before each: what it
-    emits is what one SpaceMatcher emits, through log entries and snapshots alike."""
+    """Batches through the processor on two simulated Python workers (each with its
+    own cache) taken at random, one batch failing after its work and run again:
+    what it emits is what one SpaceMatcher emits, whether a worker's matcher was
+    current, brought up to date from the log, or rebuilt from snapshot and log."""
+    import copy
+    import random
+
     from pyspark.sql import Row
 
     from connectors.config import Topics
@@ -145,27 +153,44 @@ def test_processor_state_rebuilds_to_the_same_matches():
     subs, profiles = generate("nested", 5, 400, 600)
     space = subs[0]["space"]
     topics = Topics(subscriptions="s", profiles="p", matches="m", deadletter="d")
-    processor = MatchProcessor(topics, build_sharding({}), 0, 150, _Metrics())
-    processor.init(_Handle())
+    metrics = _Metrics()
+    processor = MatchProcessor(topics, build_sharding({}), 0, 150, metrics)
+    handle = _Handle()
+    processor.init(handle)
     reference = SpaceMatcher(space)
     batches = [("subscription", subs[:300]), ("profile", profiles[:100])]
-    batches += [("profile", profiles[i : i + 50]) for i in range(100, 600, 50)]
+    batches += [("profile", profiles[i : i + 25]) for i in range(100, 600, 25)]
     batches += [("subscription", subs[300:])]
-    for kind, rows in batches:
-        topic = "s" if kind == "subscription" else "p"
-        spark_rows = [
-            Row(
-                ts=r["ts"],
-                kord=KIND_ORDER[kind],
-                topic=topic,
-                part=0,
-                off=i,
-                ktime=0,
-                value=json.dumps(r).encode(),
-            )
-            for i, r in enumerate(rows)
-        ]
-        state_cache._entries.clear()
-        out = list(processor.handleInputRows((space,), iter(spark_rows), _Timer(0)))
-        expected = reference.apply_batch(_records(kind, rows, topic))
-        assert [r.value for r in out] == [encode(e) for e in expected]
+    workers, pick = (
+        [state_cache._entries.__class__(), state_cache._entries.__class__()],
+        random.Random(1),
+    )
+    try:
+        for index, (kind, rows) in enumerate(batches):
+            topic = "s" if kind == "subscription" else "p"
+            spark_rows = [
+                Row(
+                    ts=r["ts"],
+                    kord=KIND_ORDER[kind],
+                    topic=topic,
+                    part=0,
+                    off=i,
+                    ktime=0,
+                    value=json.dumps(r).encode(),
+                )
+                for i, r in enumerate(rows)
+            ]
+            if index == 5:  # an attempt whose state is not committed
+                saved = copy.deepcopy(handle.states)
+                state_cache._entries = workers[0]
+                list(processor.handleInputRows((space,), iter(spark_rows), _Timer(0)))
+                for name, state in saved.items():
+                    handle.states[name].__dict__.update(state.__dict__)
+            state_cache._entries = workers[pick.randrange(2)]
+            out = list(processor.handleInputRows((space,), iter(spark_rows), _Timer(0)))
+            expected = reference.apply_batch(_records(kind, rows, topic))
+            assert [r.value for r in out] == [encode(e) for e in expected]
+    finally:
+        state_cache._entries = state_cache._entries.__class__()
+    seen = {k for counts in metrics.seen for k in counts}
+    assert {"cache_hits", "cache_catch_ups", "cache_misses", "snapshots"} <= seen
