@@ -96,6 +96,15 @@ class BlockStore:
         self.owner[elem] = -1
         return lst
 
+    def reorder(self, lst: int, order: np.ndarray) -> None:
+        """Permute one list: its element i becomes the old element order[i]."""
+        s = int(self.start[lst])
+        block = slice(s, s + int(self.count[lst]))
+        self.data[block] = self.data[block][order]
+        if self.vals is not None:
+            self.vals[block] = self.vals[block][order]
+        self.slot[self.data[block]] = np.arange(block.start, block.stop)
+
     def index_of(self, elem: int) -> int:
         """An element's position within its list."""
         return int(self.slot[elem] - self.start[self.owner[elem]])
@@ -155,7 +164,11 @@ class BlockStore:
         carry per list)."""
         src = self.vals if values else self.data
         counts = np.take(self.count, lists)
-        if len(lists) and int(counts.sum()) >= SLICE_RUN * len(lists):
+        total = int(counts.sum())
+        if total == len(lists) and (not total or int(counts.min()) == 1):
+            # One element per list (profiles rarely share a node): no runs.
+            return counts, np.take(src, np.take(self.start, lists))
+        if total >= SLICE_RUN * len(lists):
             # Long runs (entries shared by many subscriptions): copying
             # whole blocks beats computing an index per element.
             starts = np.take(self.start, lists).tolist()

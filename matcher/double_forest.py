@@ -192,8 +192,9 @@ class DoubleForest:
             profile = forest.keys[node]
             return conjs[q].overlaps(profile), conjs[q].covers(profile)
 
-        di, nodes, cov = forest.descend(q_lo, q_hi, q_exact, exact, qaf=True)
         covers, start, end = np.array([q[1:] for q in queries], dtype=float).reshape(-1, 3).T
+        forest.need_covers = bool(covers.any())
+        di, nodes, cov = forest.descend(q_lo, q_hi, q_exact, exact, qaf=True)
         di, slots, cov = _expand_entries(forest, di, nodes, cov, bool(covers.any()))
         qi = np.take(owner, di)
         n = len(self.profiles.handles)
@@ -220,11 +221,19 @@ def _expand_entries(
     """(query, node) pairs to (query, entry) pairs (or entry values),
     grouped by query: the few node pairs are sorted, not the many entry
     pairs. The covers flags only where asked for."""
-    order = np.argsort(qi, kind="stable")
+    order = _grouping(qi)
     qi, nodes = qi[order], nodes[order]
     counts, entries = forest.entries.gather_counts(nodes, values)
     cov = np.repeat(cov[order], counts) if with_cov else None
     return np.repeat(qi.astype(ELEMENT), counts), entries, cov
+
+
+def _grouping(qi: np.ndarray) -> np.ndarray:
+    """The stable order that groups pairs by query: as int16 when the batch
+    allows, numpy sorts by radix (linear) instead of by merging."""
+    if len(qi) and int(qi.max()) < 2**15:
+        qi = qi.astype(np.int16)
+    return np.argsort(qi, kind="stable")
 
 
 def _all_within(span, starts: np.ndarray, ends: np.ndarray) -> bool:

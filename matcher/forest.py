@@ -20,6 +20,10 @@ from matcher.boxes import Dims
 ROOT = 0  # the list id of the root set; node ids start at 1
 WIDE = 32  # a child list this long is tested by broadcasting
 CHUNK = 1 << 18  # (query × child) matrix cells tested at once
+BLOCKED = 4096  # a child list this long is also indexed by sorted blocks
+BLOCK = 512  # children per block
+MAX_FINITE = 1e300  # bounds beyond this are the open ends of a box
+FINITE_SHARE = 0.9  # blocks sort on the columns finite on this share of boxes
 
 ExactTest = Callable[[int, int], tuple[bool, bool]]
 
@@ -291,22 +295,40 @@ class Forest:
 
     def _broadcast(self, node, qs, inherit, q_lo, q_hi, qaf):
         """One node's children against some queries, as (query × child)
-        matrices, a chunk of queries at a time so the matrix stays in cache:
-        for the root set this is exactly the brute-force scan, column by
-        column over contiguous bounds."""
+        matrices: for the root set this is the brute-force scan, column by
+        column over contiguous bounds, except that a very long list is kept
+        in tiled blocks, and a block whose bounding box a query misses is
+        not scanned for it."""
         kids, lo, hi = self._bounds_of_kids(node)
-        step = max(1, CHUNK // max(len(kids), 1))
-        rows, cols = [np.zeros(0, dtype=np.int64)], [np.zeros(0, dtype=np.int64)]
-        for start in range(0, len(qs), step):
-            q = qs[start : start + step]
-            hit = np.ones((len(q), len(kids)), dtype=bool)
-            for col in range(lo.shape[0]):
-                hit &= q_lo[col, q][:, None] <= hi[col]
-                hit &= lo[col] <= q_hi[col, q][:, None]
-            hit |= inherit[start : start + step, None]
-            cells = np.flatnonzero(hit)
-            rows.append(cells // len(kids) + start)
-            cols.append(cells % len(kids))
+        mirror = self._wide.get(node)
+        blocks = mirror.blocks(lambda order: self.children.reorder(node, order)) if mirror else 0
+        if blocks:
+            # the reorder moved the kids; the bound views follow the mirror
+            kids = self.children.items(node)
+        inherited = bool(inherit.any())
+        rows, cols = [], []
+        if blocks:
+            size = mirror.block
+            b_q, b_k = _hits(mirror.blo[:, :blocks], mirror.bhi[:, :blocks], qs, q_lo, q_hi, qaf)
+            if inherited:  # accepted queries take every block
+                b_q, b_k = _with_all(b_q, b_k, np.flatnonzero(inherit), blocks)
+            order = np.argsort(b_k, kind="stable")
+            b_q, b_k = b_q[order], b_k[order]
+            cut = np.flatnonzero(np.diff(b_k)) + 1
+            starts = b_k[np.r_[0, cut]].tolist() if len(b_k) else []
+            for part, b in zip(np.split(b_q, cut), starts, strict=False):
+                a = b * size
+                r, k = _hits(lo[:, a : a + size], hi[:, a : a + size], qs[part], q_lo, q_hi, qaf)
+                if inherited:
+                    r, k = _with_all(r, k, np.flatnonzero(inherit[part]), size)
+                rows.append(part[r])
+                cols.append(k + a)
+        tail = blocks * mirror.block if blocks else 0
+        r, k = _hits(lo[:, tail:], hi[:, tail:], qs, q_lo, q_hi, qaf)
+        if inherited:
+            r, k = _with_all(r, k, np.flatnonzero(inherit), len(kids) - tail)
+        rows.append(r)
+        cols.append(k + tail)
         r, k = np.concatenate(rows), np.concatenate(cols)
         qi, ni, inherit = qs[r], kids[k], inherit[r]
         return qi, ni, self._covers(q_lo, q_hi, qi, ni, inherit, qaf), inherit
@@ -344,20 +366,29 @@ class Forest:
     def _covers(self, q_lo, q_hi, qi, ni, inherit, qaf):
         """Box containment of overlapping pairs, the way covering prunes: a
         filter query contains a profile node (`qaf`: an inherited pair is
-        contained already), or a filter node contains a profile query."""
-        cov = np.ones(len(qi), dtype=bool)
-        if not qaf and not self.need_covers:
-            return cov
+        contained already), or a filter node contains a profile query. Only
+        where someone reads it: the caller's `covers` subscriptions
+        (`need_covers`), or subtree acceptance below a profile node."""
+        if qaf:
+            test = ~inherit
+            if not self.need_covers:
+                test &= np.take(self.children.count, ni) > 0
+            picked = np.flatnonzero(test)
+            inner_lo, inner_hi, outer_lo, outer_hi = self.lo, self.hi, q_lo, q_hi
+        elif self.need_covers:
+            picked = np.arange(len(qi))
+            inner_lo, inner_hi, outer_lo, outer_hi = q_lo, q_hi, self.lo, self.hi
+        else:
+            return np.ones(len(qi), dtype=bool)
+        tq, tn = np.take(qi, picked), np.take(ni, picked)
+        inner, outer = (tn, tq) if qaf else (tq, tn)
+        ok = np.ones(len(picked), dtype=bool)
         for col in range(q_lo.shape[0]):
-            lo, hi = np.take(self.lo[col], ni), np.take(self.hi[col], ni)
-            qlo, qhi = np.take(q_lo[col], qi), np.take(q_hi[col], qi)
-            if qaf:
-                cov &= qlo <= lo
-                cov &= hi <= qhi
-            else:
-                cov &= lo <= qlo
-                cov &= qhi <= hi
-        return cov | inherit if qaf else cov
+            ok &= np.take(outer_lo[col], outer) <= np.take(inner_lo[col], inner)
+            ok &= np.take(inner_hi[col], inner) <= np.take(outer_hi[col], outer)
+        cov = inherit.copy() if qaf else np.zeros(len(qi), dtype=bool)
+        cov[picked] = ok
+        return cov
 
     # -- checks -------------------------------------------------------------
 
@@ -392,10 +423,56 @@ class Forest:
                     assert not self.covers(key, self.keys[r]), f"root {r} is covered by {other}"
 
 
-class _Mirror:
-    """Contiguous bounds of one child list, in the list's own order."""
+def _hits(lo, hi, qs, q_lo, q_hi, qaf) -> tuple[np.ndarray, np.ndarray]:
+    """Every (query, box) pair whose boxes meet, as (index into `qs`, index
+    into the boxes), a chunk of queries at a time so the (query × box)
+    matrix stays in cache."""
+    n = lo.shape[1]
+    step = max(1, CHUNK // max(n, 1))
+    rows, cols = [np.zeros(0, dtype=np.int64)], [np.zeros(0, dtype=np.int64)]
+    for start in range(0, len(qs) if n else 0, step):
+        q = qs[start : start + step]
+        # A column that no query of the chunk constrains meets every box:
+        # skip it (filter queries constrain a few columns; profile queries
+        # have them all).
+        tested = _constrained(q_lo, q_hi, q) if qaf else range(lo.shape[0])
+        hit = np.ones((len(q), n), dtype=bool)
+        for col in tested:
+            hit &= q_lo[col, q][:, None] <= hi[col]
+            hit &= lo[col] <= q_hi[col, q][:, None]
+        cells = np.flatnonzero(hit)
+        rows.append(cells // n + start)
+        cols.append(cells % n)
+    return np.concatenate(rows), np.concatenate(cols)
 
-    __slots__ = ("lo", "hi", "n")
+
+def _with_all(r: np.ndarray, k: np.ndarray, everywhere: np.ndarray, n: int):
+    """Add every box for the queries `everywhere` (accepted without tests)."""
+    if not len(everywhere):
+        return r, k
+    pairs = np.unique(np.concatenate([r * n + k, (everywhere[:, None] * n + np.arange(n)).ravel()]))
+    return pairs // n, pairs % n
+
+
+def _constrained(q_lo: np.ndarray, q_hi: np.ndarray, qs: np.ndarray) -> list[int]:
+    """The columns on which some of the queries `qs` is not (-inf, inf)."""
+    lo, hi = q_lo[:, qs], q_hi[:, qs]
+    return np.flatnonzero(((lo != -np.inf) | (hi != np.inf)).any(axis=1)).tolist()
+
+
+class _Mirror:
+    """Contiguous bounds of one child list, in the list's own order.
+
+    A list of at least BLOCKED children is also cut into blocks of `block`
+    children in Sort-Tile-Recursive order, with each block's bounding box
+    (the min of its lows, the max of its highs), so a query skips the
+    blocks it misses. Children appended since the last sort
+    form an unsorted tail that every query scans; when it outgrows an eighth
+    of the list, the list is sorted again. A removal moves the last child
+    into the hole and widens that block's box: boxes stay conservative.
+    """
+
+    __slots__ = ("lo", "hi", "n", "blo", "bhi", "nblocks", "block")
 
     def __init__(self, lo: np.ndarray, hi: np.ndarray) -> None:
         self.n = lo.shape[1]
@@ -403,6 +480,9 @@ class _Mirror:
         self.lo = np.empty((lo.shape[0], cap))
         self.hi = np.empty((lo.shape[0], cap))
         self.lo[:, : self.n], self.hi[:, : self.n] = lo, hi
+        self.nblocks = 0
+        self.block = BLOCK
+        self.blo = self.bhi = np.empty((lo.shape[0], 0))
 
     def append(self, lo: np.ndarray, hi: np.ndarray) -> None:
         if self.n == self.lo.shape[1]:
@@ -414,3 +494,62 @@ class _Mirror:
     def swap_remove(self, index: int) -> None:
         self.n -= 1
         self.lo[:, index], self.hi[:, index] = self.lo[:, self.n], self.hi[:, self.n]
+        if self.nblocks * self.block > self.n:
+            self.nblocks = self.n // self.block  # the last block became tail
+        b = index // self.block
+        if b < self.nblocks:
+            self.blo[:, b] = np.minimum(self.blo[:, b], self.lo[:, index])
+            self.bhi[:, b] = np.maximum(self.bhi[:, b], self.hi[:, index])
+
+    def blocks(self, reorder: Callable[[np.ndarray], None]) -> int:
+        """How many leading blocks are indexed, sorting the list again first
+        (through `reorder`, which permutes the child list to match) when
+        the unsorted tail has grown too long."""
+        if self.n < BLOCKED:
+            self.nblocks = 0
+            return 0
+        if self.n - self.nblocks * self.block > max(self.block, self.n // 8):
+            self._sort(reorder)
+        return self.nblocks
+
+    def _sort(self, reorder: Callable[[np.ndarray], None]) -> None:
+        n, size = self.n, self.block
+        lo, hi = self.lo[:, :n], self.hi[:, :n]
+        order = _tiled_order(lo, hi, size)
+        if order is None:
+            self.nblocks = 0
+            return
+        reorder(order)
+        self.lo[:, :n], self.hi[:, :n] = lo[:, order], hi[:, order]
+        self.nblocks = n // size
+        cut = self.nblocks * size
+        shape = (lo.shape[0], self.nblocks, size)
+        self.blo = self.lo[:, :cut].reshape(shape).min(axis=2)
+        self.bhi = self.hi[:, :cut].reshape(shape).max(axis=2)
+
+
+def _tiled_order(lo: np.ndarray, hi: np.ndarray, size: int) -> np.ndarray | None:
+    """Sort-Tile-Recursive order (the packed R-tree's bulk load): sorted on
+    the centres of the first column, cut into slabs, each slab sorted on the
+    next column and cut again, so consecutive runs of `size` boxes are tight
+    on every column that is finite on nearly every box. None if none is."""
+    centres = []
+    for col in range(lo.shape[0]):
+        a, b = lo[col], hi[col]
+        finite = (np.abs(a) < MAX_FINITE) & (np.abs(b) < MAX_FINITE)
+        if finite.mean() >= FINITE_SHARE and np.ptp(np.where(finite, a + b, 0)) > 0:
+            centres.append(np.where(finite, a + b, 0))
+    if not centres:
+        return None
+    groups = [np.arange(lo.shape[1])]
+    for level, centre in enumerate(centres):
+        left = len(centres) - level
+        cut_groups = []
+        for g in groups:
+            g = g[np.argsort(centre[g], kind="stable")]
+            blocks = -(-len(g) // size)
+            slabs = max(1, round(blocks ** (1 / left)))
+            step = -(-blocks // slabs) * size
+            cut_groups += [g[i : i + step] for i in range(0, len(g), step)]
+        groups = cut_groups
+    return np.concatenate(groups)

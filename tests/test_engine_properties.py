@@ -22,7 +22,7 @@ from matcher.engine import Engine, Input, SpaceMatcher, encode
 from matcher.profiles import Profile
 from matcher.records import Source, decode, order_key, to_state
 from matcher.sharding import Sharding, ShardSpec
-from tests import oracle
+from tests import layouts, oracle
 
 # Epoch bases for the record times: a round one, and two whose milliseconds
 # stress ISO-8601 conversion (float error in seconds * 1000).
@@ -155,10 +155,16 @@ def test_engine_equals_oracle(workload, lateness):
     st.lists(st.tuples(oracle.predicates(), st.booleans()), min_size=1, max_size=3),
     st.lists(st.integers(-10, 100), min_size=2, max_size=2).map(sorted),
     st.integers(0, 18),
+    st.booleans(),
 )
 def test_space_matcher_queries_invariants_and_snapshots(
-    workload, probe_profiles, probe_subs, window, cut
+    workload, probe_profiles, probe_subs, window, cut, tiny
 ):
+    with layouts.lists(tiny):
+        _space_matcher_against_oracle(workload, probe_profiles, probe_subs, window, cut)
+
+
+def _space_matcher_against_oracle(workload, probe_profiles, probe_subs, window, cut):
     base, batches = workload
     window = (base + window[0], base + window[1])
     records = sorted(

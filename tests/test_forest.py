@@ -12,7 +12,7 @@ from matcher.double_forest import DoubleForest
 from matcher.forest import ROOT, Forest
 from matcher.profiles import Profile
 from matcher.where import parse_where
-from tests import oracle
+from tests import layouts, oracle
 
 OPEN = float("inf")
 
@@ -64,9 +64,15 @@ def structure(forest: Forest, covers) -> None:
         ),
         min_size=1,
         max_size=30,
-    )
+    ),
+    st.booleans(),
 )
-def test_random_inserts_and_deletes_keep_the_forests_ordered(steps):
+def test_random_inserts_and_deletes_keep_the_forests_ordered(steps, tiny):
+    with layouts.lists(tiny):
+        _inserts_and_deletes(steps)
+
+
+def _inserts_and_deletes(steps):
     df = DoubleForest()
     atoms_of, attrs_of = {}, {}
     subs, profiles = {}, {}  # slot -> conjunctions / Profile
@@ -210,3 +216,61 @@ def test_profiles_with_different_attribute_sets_never_share_a_tree():
     assert (
         f.children.owner_of(f.by_key[Profile({"x": [1, 2]})]) == f.by_key[Profile({"x": [0, 10]})]
     )
+
+
+def _box_filter(box) -> str:
+    (x0, x1), (y0, y1) = box
+    return f"x BETWEEN {x0} AND {x1} AND y BETWEEN {y0} AND {y1}"
+
+
+BOXES = st.tuples(
+    *[st.tuples(st.integers(0, 12), st.integers(0, 6)).map(lambda t: (t[0], t[0] + t[1]))] * 2
+)
+
+
+# Many numeric boxes under the tiny layout: the root sets grow past BLOCKED,
+# are sorted into blocks, lose entries from inside blocks and gain a tail,
+# and both queries, in both relations, are checked between the changes.
+@settings(max_examples=40, deadline=None, print_blob=True)
+@given(
+    st.lists(
+        st.tuples(st.sampled_from("sprP"), BOXES, st.integers(0, 1000)), min_size=30, max_size=120
+    ),
+    st.lists(st.tuples(BOXES, st.booleans()), min_size=1, max_size=6),
+)
+def test_long_root_lists_match_like_brute_force(steps, probes):
+    with layouts.lists(True):
+        df, subs, profiles = DoubleForest(), {}, {}
+        for i, (op, box, pick) in enumerate(steps):
+            if op == "s":
+                c = conj(_box_filter(box))
+                subs[df.add_subscription(i, [c], False, 0, OPEN)] = c
+            elif op == "p":
+                p = Profile({"x": list(box[0]), "y": list(box[1])})
+                profiles[df.add_profile(i, p, 0, OPEN)] = p
+            elif op == "r" and subs:
+                slot = sorted(subs)[pick % len(subs)]
+                df.remove_subscription(slot)
+                del subs[slot]
+            elif op == "P" and profiles:
+                slot = sorted(profiles)[pick % len(profiles)]
+                df.remove_profile(slot)
+                del profiles[slot]
+            if i % 10 == 9 or i == len(steps) - 1:
+                _probe(df, subs, profiles, probes)
+
+
+def _probe(df, subs, profiles, probes) -> None:
+    queries = [Profile({"x": list(b[0]), "y": list(b[1])}) for b, _ in probes]
+    qi, slots = df.match_profiles(queries, [(0, OPEN)] * len(queries))
+    want = {(q, s) for q, p in enumerate(queries) for s, c in subs.items() if c.overlaps(p)}
+    assert set(zip(qi.tolist(), slots.tolist(), strict=True)) == want
+    filters = [(conj(_box_filter(b)), covers) for b, covers in probes]
+    qi, slots = df.match_subscriptions([([c], cov, 0, OPEN) for c, cov in filters])
+    want = {
+        (q, s)
+        for q, (c, cov) in enumerate(filters)
+        for s, p in profiles.items()
+        if (c.covers(p) if cov else c.overlaps(p))
+    }
+    assert set(zip(qi.tolist(), slots.tolist(), strict=True)) == want

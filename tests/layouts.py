@@ -1,0 +1,17 @@
+"""Forest tuning constants shrunk so that a handful of entries takes every
+path the large sets take: broadcast child lists, chunked (query × child)
+matrices, sorted blocks with their tails, re-sorts and removals."""
+
+from __future__ import annotations
+
+from contextlib import AbstractContextManager, nullcontext
+from unittest.mock import patch
+
+from matcher import forest
+
+
+def lists(tiny: bool) -> AbstractContextManager:
+    """Tiny tuning inside the block when `tiny`, the shipped one otherwise."""
+    if not tiny:
+        return nullcontext()
+    return patch.multiple(forest, WIDE=2, CHUNK=3, BLOCKED=4, BLOCK=2, FINITE_SHARE=0.2)
