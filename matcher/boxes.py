@@ -53,11 +53,21 @@ class Dims:
         """Bounds per constrained column, and whether the box is exact."""
         bounds: dict[int, tuple[float, float]] = {}
         exact = False
+        columns = self.columns
         for attr, c in conj.constraints.items():
-            if c.type is None:
+            kind = c.type
+            if kind is None:
                 exact = True
                 continue
-            col = self.column(attr, c.type)
+            col = columns.get((attr, kind))
+            if col is None:
+                col = self.column(attr, kind)
+            if kind == NUM and c.allowed is None:  # the common range, inline
+                lo = -MAX if c.lo is None else max(c.lo, -MAX)
+                hi = MAX if c.hi is None else min(c.hi, MAX)
+                bounds[col] = (lo, hi)
+                exact = exact or bool(c.excluded)
+                continue
             lo, hi, is_exact = self._bounds(c)
             bounds[col] = (max(lo, -MAX), min(hi, MAX))
             exact = exact or not is_exact
