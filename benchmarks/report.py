@@ -61,6 +61,8 @@ def table(rows: list[dict]) -> str:
                 f"{_ratio(r, base, 'match_filter_per_s'):>9}"
                 f"{_num(r.get('bytes_per_entry')):>9}"
             )
+            if "partial" in r:
+                out.append(f"{'':<14}({r['partial']})")
     return "\n".join(out)
 
 
@@ -100,7 +102,7 @@ def _plots(rows: list[dict], out_dir: Path, stem: str) -> list[str]:
         mine = [r for r in rows if r["workload"] == kind and "skipped" not in r]
         for ax, (metric, label) in zip(axes.flat, PANELS, strict=True):
             for name in dict.fromkeys(r["contender"] for r in mine):
-                pts = [(r["size"], r[metric]) for r in mine if r["contender"] == name]
+                pts = [(r["size"], r.get(metric)) for r in mine if r["contender"] == name]
                 pts = [(s, v) for s, v in pts if v and math.isfinite(v)]
                 if pts:
                     ax.plot(*zip(*pts, strict=True), marker="o", label=name)
@@ -117,6 +119,49 @@ def _plots(rows: list[dict], out_dir: Path, stem: str) -> list[str]:
         plt.close(fig)
         names.append(name)
     return names
+
+
+FOREST = "double-forest"
+
+
+def _targets(rows: list[dict]) -> list[str]:
+    """The issue's targets against this run's rows: the forest's ratio to
+    each other contender, per workload and size where both were measured."""
+    wanted = (
+        ("match_profile_per_s", BASELINE, 100_000, "profiles/s vs brute force at 100k", 10.0),
+        ("match_profile_per_s", "r-tree", 100_000, "profiles/s vs R-tree at 100k", 2.0),
+        ("insert_per_s", "siena-poset", 10_000, "inserts/s vs Siena poset at 10k", 10.0),
+        ("delete_per_s", "siena-poset", 10_000, "deletes/s vs Siena poset at 10k", 10.0),
+    )
+    lines = ["| target | workload | double-forest / other | met |", "|---|---|---:|---|"]
+    by = {(r["workload"], r["size"], r["contender"]): r for r in rows}
+    for metric, other, size, label, target in wanted:
+        for kind in dict.fromkeys(r["workload"] for r in rows):
+            mine, theirs = by.get((kind, size, FOREST), {}), by.get((kind, size, other), {})
+            if mine.get(metric) and theirs.get(metric):
+                ratio = mine[metric] / theirs[metric]
+                met = "yes" if ratio >= target else "no"
+                lines.append(f"| {label} ≥ {target:g}× | {kind} | {ratio:.2f}× | {met} |")
+    worst = [
+        (r[m] / base[m], r["workload"], r["size"], m)
+        for r in rows
+        if r["contender"] == FOREST
+        for m in ("match_profile_per_s", "match_filter_per_s")
+        if r.get(m) and (base := by.get((r["workload"], r["size"], BASELINE), {})).get(m)
+    ]
+    if worst:
+        ratio, kind, size, m = min(worst)
+        what = "profiles" if m == "match_profile_per_s" else "filters"
+        met = "yes" if ratio >= 1 else "no"
+        lines.append(
+            f"| never slower than brute force (lowest: {what}, {size:,}) | {kind} "
+            f"| {ratio:.2f}× | {met} |"
+        )
+    return lines
+
+
+def _name(row: dict) -> str:
+    return row["contender"] + (f" (partial: {row['partial']})" if "partial" in row else "")
 
 
 def _readme(result: dict, json_path: Path, plots: list[str]) -> str:
@@ -151,11 +196,12 @@ def _readme(result: dict, json_path: Path, plots: list[str]) -> str:
                 lines.append(f"| {kind} | {size:,} | {r['contender']} | skipped: {r['skipped']} |")
                 continue
             lines.append(
-                f"| {kind} | {size:,} | {r['contender']} | {_num(r.get('match_profile_per_s'))}"
+                f"| {kind} | {size:,} | {_name(r)} | {_num(r.get('match_profile_per_s'))}"
                 f" | {_ratio(r, base, 'match_profile_per_s')}"
                 f" | {_num(r.get('match_filter_per_s'))} | {_ratio(r, base, 'match_filter_per_s')}"
                 f" | {_num(r.get('insert_per_s'))} | {_num(r.get('delete_per_s'))}"
                 f" | {_num(r.get('bytes_per_entry'))} |"
             )
+    lines += ["", *_targets(result["rows"])]
     lines += ["", *[f"![{p}]({p})" for p in plots], ""]
     return "\n".join(lines)

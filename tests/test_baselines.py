@@ -101,8 +101,13 @@ def test_quick_bench_runs_and_agrees(tmp_path, capsys) -> None:
     rows = result["rows"]
     assert {r["workload"] for r in rows} == {"uniform", "nested"}
     assert {r["size"] for r in rows} == {1000, 10000}
-    measured = [r for r in rows if "skipped" not in r]
+    measured = [r for r in rows if "skipped" not in r and "partial" not in r]
     assert {r["contender"] for r in measured} >= {"brute-force", "double-forest", "r-tree"}
     assert all(r["match_profile_per_s"] > 0 for r in measured)
-    assert (tmp_path / "README.md").exists() and list(tmp_path.glob("*.png"))
+    # the poset, too slow to build whole at 10k in the quick budget, still
+    # gets update rates over what it built
+    partial = [r for r in rows if "partial" in r]
+    assert all(r["insert_per_s"] > 0 and r["delete_per_s"] > 0 for r in partial)
+    readme = (tmp_path / "README.md").read_text()
+    assert "| target |" in readme and list(tmp_path.glob("*.png"))
     assert "MISMATCH" not in capsys.readouterr().err
