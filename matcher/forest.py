@@ -262,11 +262,20 @@ class Forest:
         qs = np.arange(n_q)
         qi, ni, cov, acc = self._broadcast(ROOT, qs, np.zeros(n_q, dtype=bool), q_lo, q_hi, qaf)
         out_q, out_n, out_c = [], [], []
+        # Which side may need exact tests, decided once: most batches have
+        # none, and the pairs are then never scanned for them.
+        q_any, n_any = bool(q_exact.any()), bool(self.exact.any())
         while len(qi):
-            ok = np.ones(len(qi), dtype=bool)
-            for j in np.flatnonzero(~acc & (q_exact[qi] | self.exact[ni])).tolist():
-                ok[j], cov[j] = exact_test(int(qi[j]), int(ni[j]))
-            qi, ni, cov, acc = qi[ok], ni[ok], cov[ok], acc[ok]
+            if q_any or n_any:
+                need = q_exact[qi] if q_any else self.exact[ni]
+                if q_any and n_any:
+                    need |= self.exact[ni]
+                tests = np.flatnonzero(~acc & need)
+                if len(tests):
+                    ok = np.ones(len(qi), dtype=bool)
+                    for j in tests.tolist():
+                        ok[j], cov[j] = exact_test(int(qi[j]), int(ni[j]))
+                    qi, ni, cov, acc = qi[ok], ni[ok], cov[ok], acc[ok]
             out_q.append(qi)
             out_n.append(ni)
             out_c.append(cov)
@@ -281,7 +290,13 @@ class Forest:
         """The next level: every child of the matched pairs, tested. A long
         child list is tested against all its queries at once by broadcasting
         (no gathers); short ones are gathered pair by pair."""
-        wide = np.take(self.children.count, ni) >= WIDE
+        count = np.take(self.children.count, ni)
+        parents = count > 0
+        if not parents.all():  # most matched nodes are leaves: drop them first
+            qi, ni, inherit, count = qi[parents], ni[parents], inherit[parents], count[parents]
+        if qaf and not self.need_covers:  # a query containing a node takes its subtree
+            inherit = inherit | self._inside(q_lo, q_hi, qi, ni, ~inherit, True)
+        wide = count >= WIDE
         parts = [self._gathered(qi[~wide], ni[~wide], inherit[~wide], q_lo, q_hi, qaf)]
         if wide.any():
             wq, wn, wa = qi[wide], ni[wide], inherit[wide]
@@ -367,28 +382,47 @@ class Forest:
         """Box containment of overlapping pairs, the way covering prunes: a
         filter query contains a profile node (`qaf`: an inherited pair is
         contained already), or a filter node contains a profile query. Only
-        where someone reads it: the caller's `covers` subscriptions
-        (`need_covers`), or subtree acceptance below a profile node."""
+        where the caller's `covers` subscriptions read it (`need_covers`):
+        subtree acceptance below a profile node is found in `_expand`, on
+        the nodes that have children."""
+        if not self.need_covers:
+            return inherit.copy() if qaf else np.ones(len(qi), dtype=bool)
         if qaf:
-            test = ~inherit
-            if not self.need_covers:
-                test &= np.take(self.children.count, ni) > 0
-            picked = np.flatnonzero(test)
-            inner_lo, inner_hi, outer_lo, outer_hi = self.lo, self.hi, q_lo, q_hi
-        elif self.need_covers:
-            picked = np.arange(len(qi))
-            inner_lo, inner_hi, outer_lo, outer_hi = q_lo, q_hi, self.lo, self.hi
-        else:
-            return np.ones(len(qi), dtype=bool)
+            return inherit | self._inside(q_lo, q_hi, qi, ni, ~inherit, True)
+        return self._inside(q_lo, q_hi, qi, ni, np.ones(len(qi), dtype=bool), False)
+
+    def _inside(self, q_lo, q_hi, qi, ni, test: np.ndarray, qaf: bool) -> np.ndarray:
+        """For the pairs selected by `test`: is the node's box inside the
+        query's (`qaf`), or the query's inside the node's? False elsewhere."""
+        out = np.zeros(len(qi), dtype=bool)
+        picked = np.flatnonzero(test)
+        if not len(picked):
+            return out
         tq, tn = np.take(qi, picked), np.take(ni, picked)
-        inner, outer = (tn, tq) if qaf else (tq, tn)
+        if qaf:
+            inner, inner_lo, inner_hi, outer, outer_lo, outer_hi = (
+                tn,
+                self.lo,
+                self.hi,
+                tq,
+                q_lo,
+                q_hi,
+            )
+        else:
+            inner, inner_lo, inner_hi, outer, outer_lo, outer_hi = (
+                tq,
+                q_lo,
+                q_hi,
+                tn,
+                self.lo,
+                self.hi,
+            )
         ok = np.ones(len(picked), dtype=bool)
         for col in range(q_lo.shape[0]):
             ok &= np.take(outer_lo[col], outer) <= np.take(inner_lo[col], inner)
             ok &= np.take(inner_hi[col], inner) <= np.take(outer_hi[col], outer)
-        cov = inherit.copy() if qaf else np.zeros(len(qi), dtype=bool)
-        cov[picked] = ok
-        return cov
+        out[picked] = ok
+        return out
 
     # -- checks -------------------------------------------------------------
 
