@@ -506,7 +506,7 @@ class _Mirror:
     into the hole and widens that block's box: boxes stay conservative.
     """
 
-    __slots__ = ("lo", "hi", "n", "blo", "bhi", "nblocks", "block")
+    __slots__ = ("lo", "hi", "n", "blo", "bhi", "nblocks", "block", "tried")
 
     def __init__(self, lo: np.ndarray, hi: np.ndarray) -> None:
         self.n = lo.shape[1]
@@ -514,7 +514,7 @@ class _Mirror:
         self.lo = np.empty((lo.shape[0], cap))
         self.hi = np.empty((lo.shape[0], cap))
         self.lo[:, : self.n], self.hi[:, : self.n] = lo, hi
-        self.nblocks = 0
+        self.nblocks = self.tried = 0
         self.block = BLOCK
         self.blo = self.bhi = np.empty((lo.shape[0], 0))
 
@@ -527,6 +527,7 @@ class _Mirror:
 
     def swap_remove(self, index: int) -> None:
         self.n -= 1
+        self.tried = min(self.tried, self.n)
         self.lo[:, index], self.hi[:, index] = self.lo[:, self.n], self.hi[:, self.n]
         if self.nblocks * self.block > self.n:
             self.nblocks = self.n // self.block  # the last block became tail
@@ -542,8 +543,10 @@ class _Mirror:
         if self.n < BLOCKED:
             self.nblocks = 0
             return 0
-        if self.n - self.nblocks * self.block > max(self.block, self.n // 8):
+        grown = max(self.block, self.n // 8)
+        if self.n - self.nblocks * self.block > grown and self.n - self.tried > grown:
             self._sort(reorder)
+            self.tried = self.n  # (no sortable column: not tried again until it grows)
         return self.nblocks
 
     def _sort(self, reorder: Callable[[np.ndarray], None]) -> None:
