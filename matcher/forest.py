@@ -22,8 +22,9 @@ WIDE = 32  # a child list this long is tested by broadcasting
 CHUNK = 1 << 18  # (query × child) matrix cells tested at once
 BLOCKED = 4096  # a child list this long is also indexed by sorted blocks
 BLOCK = 512  # children per block
-MAX_FINITE = 1e300  # bounds beyond this are the open ends of a box
+SCAN_SHARE = 2  # blocks are scanned one by one only if queries meet under 1/2 of them
 FINITE_SHARE = 0.9  # blocks sort on the columns finite on this share of boxes
+MAX_FINITE = 1e300  # bounds beyond this are the open ends of a box
 
 ExactTest = Callable[[int, int], tuple[bool, bool]]
 
@@ -61,6 +62,8 @@ class Forest:
         # Whether a descent must tell covering from overlapping for filter
         # nodes (False while no `covers` subscription is held: saves work).
         self.need_covers = True
+        # During a descent of filter queries: which columns each constrains.
+        self._plan: tuple[np.ndarray, list[list[int]]] | None = None
 
     def __len__(self) -> int:
         return len(self.by_key)
@@ -260,6 +263,7 @@ class Forest:
         self._sync_columns()
         n_q = q_lo.shape[1]
         qs = np.arange(n_q)
+        self._plan = _column_plan(q_lo, q_hi) if qaf else None
         qi, ni, cov, acc = self._broadcast(ROOT, qs, np.zeros(n_q, dtype=bool), q_lo, q_hi, qaf)
         out_q, out_n, out_c = [], [], []
         # Which side may need exact tests, decided once: most batches have
@@ -323,23 +327,30 @@ class Forest:
         inherited = bool(inherit.any())
         rows, cols = [], []
         if blocks:
-            size = mirror.block
-            b_q, b_k = _hits(mirror.blo[:, :blocks], mirror.bhi[:, :blocks], qs, q_lo, q_hi, qaf)
+            b_q, b_k = _hits(
+                mirror.blo[:, :blocks], mirror.bhi[:, :blocks], qs, q_lo, q_hi, self._plan
+            )
             if inherited:  # accepted queries take every block
                 b_q, b_k = _with_all(b_q, b_k, np.flatnonzero(inherit), blocks)
+            if len(b_q) * SCAN_SHARE > len(qs) * blocks:
+                blocks = 0  # the blocks hardly prune for these queries: one scan costs less
+        if blocks:
+            size = mirror.block
             order = np.argsort(b_k, kind="stable")
             b_q, b_k = b_q[order], b_k[order]
             cut = np.flatnonzero(np.diff(b_k)) + 1
             starts = b_k[np.r_[0, cut]].tolist() if len(b_k) else []
             for part, b in zip(np.split(b_q, cut), starts, strict=False):
                 a = b * size
-                r, k = _hits(lo[:, a : a + size], hi[:, a : a + size], qs[part], q_lo, q_hi, qaf)
+                r, k = _hits(
+                    lo[:, a : a + size], hi[:, a : a + size], qs[part], q_lo, q_hi, self._plan
+                )
                 if inherited:
                     r, k = _with_all(r, k, np.flatnonzero(inherit[part]), size)
                 rows.append(part[r])
                 cols.append(k + a)
         tail = blocks * mirror.block if blocks else 0
-        r, k = _hits(lo[:, tail:], hi[:, tail:], qs, q_lo, q_hi, qaf)
+        r, k = _hits(lo[:, tail:], hi[:, tail:], qs, q_lo, q_hi, self._plan)
         if inherited:
             r, k = _with_all(r, k, np.flatnonzero(inherit), len(kids) - tail)
         rows.append(r)
@@ -457,26 +468,37 @@ class Forest:
                     assert not self.covers(key, self.keys[r]), f"root {r} is covered by {other}"
 
 
-def _hits(lo, hi, qs, q_lo, q_hi, qaf) -> tuple[np.ndarray, np.ndarray]:
+def _hits(lo, hi, qs, q_lo, q_hi, plan) -> tuple[np.ndarray, np.ndarray]:
     """Every (query, box) pair whose boxes meet, as (index into `qs`, index
     into the boxes), a chunk of queries at a time so the (query × box)
-    matrix stays in cache."""
+    matrix stays in cache. With a column `plan` (filter queries), chunks
+    hold queries that constrain the same columns and test only those: a
+    column a filter leaves open meets every box."""
     n = lo.shape[1]
-    step = max(1, CHUNK // max(n, 1))
     rows, cols = [np.zeros(0, dtype=np.int64)], [np.zeros(0, dtype=np.int64)]
-    for start in range(0, len(qs) if n else 0, step):
-        q = qs[start : start + step]
-        # A column that no query of the chunk constrains meets every box:
-        # skip it (filter queries constrain a few columns; profile queries
-        # have them all).
-        tested = _constrained(q_lo, q_hi, q) if qaf else range(lo.shape[0])
-        hit = np.ones((len(q), n), dtype=bool)
-        for col in tested:
-            hit &= q_lo[col, q][:, None] <= hi[col]
-            hit &= lo[col] <= q_hi[col, q][:, None]
-        cells = np.flatnonzero(hit)
-        rows.append(cells // n + start)
-        cols.append(cells % n)
+    if not n or not len(qs):
+        return rows[0], cols[0]
+    step = max(1, CHUNK // n)
+    if plan is None or n < BLOCKED:
+        # (a block's few boxes: per-chunk column unions cost less than groups)
+        for start in range(0, len(qs), step):
+            q = qs[start : start + step]
+            tested = _constrained(q_lo, q_hi, q) if plan else range(lo.shape[0])
+            cells = np.flatnonzero(_meet_matrix(lo, hi, q, q_lo, q_hi, tested))
+            rows.append(cells // n + start)
+            cols.append(cells % n)
+        return np.concatenate(rows), np.concatenate(cols)
+    sig, sig_cols = plan
+    s = sig[qs]
+    order = np.argsort(s, kind="stable")
+    cuts = (np.flatnonzero(np.diff(s[order])) + 1).tolist()
+    for pos in np.split(order, cuts):
+        tested = sig_cols[s[pos[0]]]
+        for start in range(0, len(pos), step):
+            p = pos[start : start + step]
+            cells = np.flatnonzero(_meet_matrix(lo, hi, qs[p], q_lo, q_hi, tested))
+            rows.append(p[cells // n])
+            cols.append(cells % n)
     return np.concatenate(rows), np.concatenate(cols)
 
 
@@ -488,10 +510,27 @@ def _with_all(r: np.ndarray, k: np.ndarray, everywhere: np.ndarray, n: int):
     return pairs // n, pairs % n
 
 
+def _meet_matrix(lo, hi, q, q_lo, q_hi, tested) -> np.ndarray:
+    """(query × box): do the boxes meet on the `tested` columns."""
+    hit = np.ones((len(q), lo.shape[1]), dtype=bool)
+    for col in tested:
+        hit &= q_lo[col, q][:, None] <= hi[col]
+        hit &= lo[col] <= q_hi[col, q][:, None]
+    return hit
+
+
 def _constrained(q_lo: np.ndarray, q_hi: np.ndarray, qs: np.ndarray) -> list[int]:
     """The columns on which some of the queries `qs` is not (-inf, inf)."""
     lo, hi = q_lo[:, qs], q_hi[:, qs]
     return np.flatnonzero(((lo != -np.inf) | (hi != np.inf)).any(axis=1)).tolist()
+
+
+def _column_plan(q_lo: np.ndarray, q_hi: np.ndarray) -> tuple[np.ndarray, list[list[int]]]:
+    """Filter queries by the set of columns they constrain: (set id per
+    query, the columns of each set)."""
+    mask = (q_lo != -np.inf) | (q_hi != np.inf)
+    sets, sig = np.unique(mask.T, axis=0, return_inverse=True)
+    return sig.reshape(-1), [np.flatnonzero(row).tolist() for row in sets]
 
 
 class _Mirror:

@@ -14,4 +14,6 @@ def lists(tiny: bool) -> AbstractContextManager:
     """Tiny tuning inside the block when `tiny`, the shipped one otherwise."""
     if not tiny:
         return nullcontext()
-    return patch.multiple(forest, WIDE=2, CHUNK=3, BLOCKED=4, BLOCK=2, FINITE_SHARE=0.2)
+    return patch.multiple(
+        forest, WIDE=2, CHUNK=3, BLOCKED=4, BLOCK=2, FINITE_SHARE=0.2, SCAN_SHARE=0
+    )
