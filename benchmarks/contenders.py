@@ -75,7 +75,8 @@ def _put(keys: np.ndarray, slot: int, key: int) -> np.ndarray:
 def _group(n: int, qi: np.ndarray, slots: np.ndarray, keys: np.ndarray) -> list[np.ndarray]:
     """(query, slot) pairs, grouped by query, as one array of keys per query."""
     bounds = np.searchsorted(qi, np.arange(n + 1, dtype=qi.dtype)).tolist()
-    found = np.take(keys, slots)
+    # (int32 indices into int64 keys take numpy's slow path: widen them first)
+    found = np.take(keys, slots.astype(np.intp, copy=False))
     return [found[a:b] for a, b in zip(bounds, bounds[1:], strict=False)]
 
 
