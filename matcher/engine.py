@@ -16,7 +16,7 @@ import heapq
 import json
 import math
 import pickle
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -57,6 +57,20 @@ def encode(value: dict[str, Any]) -> bytes:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
 
 
+_sha256 = hashlib.sha256
+
+
+def _runs(records: list[Record]) -> Iterator[tuple[int, int]]:
+    """(start, end) of each run of consecutive records of one kind."""
+    start = 0
+    while start < len(records):
+        end = start + 1
+        while end < len(records) and records[end].kind == records[start].kind:
+            end += 1
+        yield start, end
+        start = end
+
+
 def match_id(space: str, sid: str, sver: str, pid: str, pver: str, event: str) -> str:
     """Deterministic digest so a consumer can drop duplicates after a restart (§6)."""
     text = "\x1f".join((space, sid, sver, pid, pver, event))
@@ -71,10 +85,6 @@ class Held:
     version: str
     slot: int | None  # None: held but not indexed in this cell
     span: tuple[float, float] | None = None
-
-
-def _intersect(a: Held, b: Held) -> tuple[float, float]:
-    return max(a.record.valid_from, b.record.valid_from), min(a.record.valid_to, b.record.valid_to)
 
 
 def holds(sub: Subscribe, pub: Publish) -> bool:
@@ -142,7 +152,7 @@ class SpaceMatcher:
 
     def apply(self, record: Record) -> list[dict[str, Any]]:
         """Evict what expired before the record's ts, then apply it."""
-        return [event for _, event in self.apply_ranked(record)]
+        return self.expire(record.ts) + self._events(record)
 
     def expire(self, until: float) -> list[dict[str, Any]]:
         """Evict everything whose valid_to is before `until`; `unmatch`/`expired`."""
@@ -161,22 +171,28 @@ class SpaceMatcher:
     def apply_batch(self, records: list[Record]) -> list[dict[str, Any]]:
         """Apply records in order, matching each run of consecutive records
         of one kind as one batch against the forest (the other side does not
-        change within such a run, except for expiries, which are honoured)."""
-        return [event for _, event in self.apply_batch_ranked(records)]
+        change within such a run, except for expiries, which are honoured).
+
+        `apply_batch_ranked` without the ranks: the job's path, where a batch
+        of profiles makes tens of events per profile, none of them ranked."""
+        out: list[dict[str, Any]] = []
+        for start, end in _runs(records):
+            self._prefetch(records[start:end])
+            for record in records[start:end]:
+                if self._expiry and self._expiry[0][0] < record.ts:
+                    out += self.expire(record.ts)
+                out += self._events(record)
+            self._prefetched.clear()
+        return out
 
     def apply_batch_ranked(self, records: list[Record]) -> list[tuple[tuple, dict[str, Any]]]:
         """`apply_batch`, each event ranked by (record index, rank in `apply_ranked`)."""
         out: list[tuple[tuple, dict[str, Any]]] = []
-        start = 0
-        while start < len(records):
-            end = start + 1
-            while end < len(records) and records[end].kind == records[start].kind:
-                end += 1
+        for start, end in _runs(records):
             self._prefetch(records[start:end])
             for index in range(start, end):
                 out += [((index, *r), e) for r, e in self.apply_ranked(records[index])]
             self._prefetched.clear()
-            start = end
         return out
 
     def _prefetch(self, run: list[Record]) -> None:
@@ -225,18 +241,21 @@ class SpaceMatcher:
         unsharded run's output for this record, so that the cells of a
         sharded space can be merged back into exactly that order."""
         out = self.expire_ranked(record.ts)
-        if isinstance(record, Subscribe):
-            events = self._subscribe(record)
-        elif isinstance(record, Publish):
-            events = self._publish(record)
-        elif isinstance(record, Unsubscribe):
-            held = self.subs.get(record.id)
-            events = self._end_sub(held, "unsubscribe", record.ts) if held else []
-        else:
-            held = self.profiles.get(record.id)
-            events = self._end_profile(held, "retract", record.ts) if held else []
+        events = self._events(record)
         other = "profile_id" if record.kind == "subscription" else "subscription_id"
         return out + [((1, e[other]), e) for e in events]
+
+    def _events(self, record: Record) -> list[dict[str, Any]]:
+        """Apply one record (what expired before it already evicted): its events."""
+        if isinstance(record, Subscribe):
+            return self._subscribe(record)
+        if isinstance(record, Publish):
+            return self._publish(record)
+        if isinstance(record, Unsubscribe):
+            held = self.subs.get(record.id)
+            return self._end_sub(held, "unsubscribe", record.ts) if held else []
+        held = self.profiles.get(record.id)
+        return self._end_profile(held, "retract", record.ts) if held else []
 
     def expire_ranked(self, until: float) -> list[tuple[tuple, dict[str, Any]]]:
         out: list[tuple[tuple, dict[str, Any]]] = []
@@ -387,13 +406,20 @@ class SpaceMatcher:
         ]
 
     def _event(self, event: str, reason: str, sub: Held, prof: Held, ts: int) -> dict[str, Any]:
-        s, p = sub.record, prof.record
-        valid_from, valid_to = _intersect(sub, prof)
+        # runs once per output record: the interval intersection (max, min) and
+        # `match_id` inlined
+        s, p, space = sub.record, prof.record, self.space
+        valid_from, valid_to = s.valid_from, s.valid_to
+        if p.valid_from > valid_from:
+            valid_from = p.valid_from
+        if p.valid_to < valid_to:
+            valid_to = p.valid_to
+        text = "\x1f".join((space, s.id, sub.version, p.id, prof.version, event))
         return {
             "event": event,
             "reason": reason,
-            "match_id": match_id(self.space, s.id, sub.version, p.id, prof.version, event),
-            "space": self.space,
+            "match_id": _sha256(text.encode()).hexdigest()[:32],
+            "space": space,
             "subscription_id": s.id,
             "subscriber": s.subscriber,
             "profile_id": p.id,
