@@ -10,6 +10,7 @@ match yields, vectorized.
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -52,7 +53,7 @@ class DoubleForest:
         self.dims = Dims()
         # Subscription entries carry their subscription slot in the store.
         self.sub_forest = Forest(
-            self.dims, FILTER_FILL, Conjunction.covers_filter, entry_values=True
+            self.dims, FILTER_FILL, Conjunction.covers_filter, entry_values=True, box_order=True
         )
         self.profile_forest = Forest(self.dims, PROFILE_FILL, Profile.covers)
         self.subs = _Slots()
@@ -85,8 +86,7 @@ class DoubleForest:
         entries = []
         for conj in conjunctions:
             entry = self._new_entry(slot, covers, valid_from, valid_to)
-            bounds, exact = self.dims.filter_box(conj)
-            self.sub_forest.add(conj, bounds, exact, entry, slot)
+            self.sub_forest.add(conj, partial(self.dims.filter_box, conj), entry, slot)
             entries.append(entry)
         self.sub_entries[slot] = entries
         self.multi_disjunct += len(entries) > 1
@@ -126,8 +126,11 @@ class DoubleForest:
         n = slot + 1
         self.p_from, self.p_to = _grow(self.p_from, n, 0.0), _grow(self.p_to, n, 0.0)
         self.p_from[slot], self.p_to[slot] = valid_from, valid_to
-        self.profile_forest.add(profile, self.dims.profile_box(profile), False, slot)
+        self.profile_forest.add(profile, partial(self._profile_box, profile), slot)
         return slot
+
+    def _profile_box(self, profile: Profile) -> tuple[dict, bool]:
+        return self.dims.profile_box(profile), False  # (its box says it all: no exact test)
 
     def remove_profile(self, slot: int) -> None:
         self.profile_forest.discard(slot)

@@ -33,11 +33,20 @@ class Forest:
     """Nodes keyed by covering-ordered keys; `covers(a, b)` is the exact order."""
 
     def __init__(
-        self, dims: Dims, fill: tuple[float, float], covers: Callable, entry_values: bool = False
+        self,
+        dims: Dims,
+        fill: tuple[float, float],
+        covers: Callable,
+        entry_values: bool = False,
+        box_order: bool = False,
     ) -> None:
         self.dims = dims
         self.fill = fill
         self.covers = covers
+        # Filters: between two nodes whose boxes say everything (not exact),
+        # covering is box containment, and `covers` need not be asked. (Not
+        # profiles: one without an attribute is not covered by one with it.)
+        self.box_order = box_order
         # Column-major: one contiguous row of bounds per column, so a level's
         # candidate pairs are tested column by column with `np.take` (a
         # row-major gather and `all(axis=1)` cost several times more).
@@ -70,12 +79,16 @@ class Forest:
 
     # -- structure ----------------------------------------------------------
 
-    def add(self, key: Hashable, bounds: dict, exact: bool, entry: int, value: int = 0) -> int:
+    def add(
+        self, key: Hashable, box: Callable[[], tuple[dict, bool]], entry: int, value: int = 0
+    ) -> int:
         """Attach an entry (and the value it carries, if the forest keeps
-        entry values) to the node of `key`, creating the node if needed."""
+        entry values) to the node of `key`, creating the node if needed.
+        `box()` gives the key's (bounds, exact), asked only for a new node:
+        a popular filter repeated costs no box."""
         node = self.by_key.get(key)
         if node is None:
-            node = self._new_node(key, bounds, exact)
+            node = self._new_node(key, *box())
             self._place(node, ROOT)
         self.entries.add(node, entry, value)
         return node
@@ -137,11 +150,16 @@ class Forest:
     def _covering_child(self, parent: int, node: int) -> int | None:
         if not self.children.size(parent):
             return None
-        key = self.keys[node]
         for kid in self._contains(node, parent).tolist():
-            if kid != node and self.covers(self.keys[kid], key):
+            if kid != node and self._nested_covers(kid, node):
                 return int(kid)
         return None
+
+    def _nested_covers(self, outer: int, inner: int) -> bool:
+        """Does node `outer` cover node `inner`, whose box lies inside its box?"""
+        if self.box_order and not (self.exact[outer] or self.exact[inner]):
+            return True
+        return self.covers(self.keys[outer], self.keys[inner])
 
     def _attach(self, parent: int, kid: int) -> None:
         self.children.add(parent, kid)
@@ -197,9 +215,8 @@ class Forest:
         while (deeper := self._covering_child(at, node)) is not None:
             at = deeper
         if self.children.size(at):
-            key = self.keys[node]
             for sib in self._contained(node, at).tolist():
-                if sib != node and self.covers(key, self.keys[sib]):
+                if sib != node and self._nested_covers(node, sib):
                     self._detach(sib)
                     self._attach(node, sib)
         self._attach(at, node)
@@ -616,8 +633,9 @@ def _tiled_order(lo: np.ndarray, hi: np.ndarray, size: int) -> np.ndarray | None
     for col in range(lo.shape[0]):
         a, b = lo[col], hi[col]
         finite = (np.abs(a) < MAX_FINITE) & (np.abs(b) < MAX_FINITE)
-        if finite.mean() >= FINITE_SHARE and np.ptp(np.where(finite, a + b, 0)) > 0:
-            centres.append(np.where(finite, a + b, 0))
+        centre = np.where(finite, a, 0.0) + np.where(finite, b, 0.0)  # (no inf - inf)
+        if finite.mean() >= FINITE_SHARE and np.ptp(centre) > 0:
+            centres.append(centre)
     if not centres:
         return None
     groups = [np.arange(lo.shape[1])]
