@@ -167,9 +167,6 @@ class Forest:
         mirror = self._wide.get(parent)
         if mirror is not None:
             mirror.append(self.lo[:, kid], self.hi[:, kid])
-            # Sorting the grown tail in here keeps the index's upkeep with
-            # the inserts that cause it (amortized: every eighth of growth).
-            mirror.blocks(lambda order: self.children.reorder(parent, order))
 
     def _detach(self, kid: int) -> int:
         index = self.children.index_of(kid)
@@ -562,10 +559,12 @@ class _Mirror:
     blocks it misses. Children appended since the last sort
     form an unsorted tail that every query scans; when it outgrows an eighth
     of the list, the list is sorted again. A removal moves the last child
-    into the hole and widens that block's box: boxes stay conservative.
+    into the hole and widens that block's box: boxes stay conservative, and
+    once there have been more such widenings than blocks, the list is
+    sorted again too (the boxes have loosened).
     """
 
-    __slots__ = ("lo", "hi", "n", "blo", "bhi", "nblocks", "block", "tried")
+    __slots__ = ("lo", "hi", "n", "blo", "bhi", "nblocks", "block", "tried", "widened")
 
     def __init__(self, lo: np.ndarray, hi: np.ndarray) -> None:
         self.n = lo.shape[1]
@@ -573,7 +572,7 @@ class _Mirror:
         self.lo = np.empty((lo.shape[0], cap))
         self.hi = np.empty((lo.shape[0], cap))
         self.lo[:, : self.n], self.hi[:, : self.n] = lo, hi
-        self.nblocks = self.tried = 0
+        self.nblocks = self.tried = self.widened = 0
         self.block = BLOCK
         self.blo = self.bhi = np.empty((lo.shape[0], 0))
 
@@ -592,6 +591,7 @@ class _Mirror:
             self.nblocks = self.n // self.block  # the last block became tail
         b = index // self.block
         if b < self.nblocks:
+            self.widened += 1
             self.blo[:, b] = np.minimum(self.blo[:, b], self.lo[:, index])
             self.bhi[:, b] = np.maximum(self.bhi[:, b], self.hi[:, index])
 
@@ -603,7 +603,8 @@ class _Mirror:
             self.nblocks = 0
             return 0
         grown = max(self.block, self.n // 8)
-        if self.n - self.nblocks * self.block > grown and self.n - self.tried > grown:
+        tail = self.n - self.nblocks * self.block
+        if (tail > grown and self.n - self.tried > grown) or self.widened > self.nblocks:
             self._sort(reorder)
             self.tried = self.n  # (no sortable column: not tried again until it grows)
         return self.nblocks
@@ -611,6 +612,7 @@ class _Mirror:
     def _sort(self, reorder: Callable[[np.ndarray], None]) -> None:
         n, size = self.n, self.block
         lo, hi = self.lo[:, :n], self.hi[:, :n]
+        self.widened = 0
         order = _tiled_order(lo, hi, size)
         if order is None:
             self.nblocks = 0
