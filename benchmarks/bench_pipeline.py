@@ -128,7 +128,8 @@ def trickle(profiles: list[bytes], n: int, prefix: str) -> list[bytes]:
 
 
 class ForwardProcessor(StatefulProcessor):
-    """The no-op: forwards each profile row unchanged, keeps no state."""
+    """The no-op: forwards each profile row unchanged, keeps no state; its output
+    rows are packed as the job's are (`connectors.kafka_sink.pack`)."""
 
     def __init__(self, out_topic: str) -> None:
         self.out_topic = out_topic
@@ -139,7 +140,10 @@ class ForwardProcessor(StatefulProcessor):
     def handleInputRows(
         self, key: tuple, rows: Iterator[Row], timerValues: TimerValues
     ) -> Iterator[Row]:
-        return (Row(topic=self.out_topic, key=None, value=r.value) for r in rows if r.kord == 1)
+        from connectors.kafka_sink import pack
+
+        values = [r.value for r in rows if r.kord == 1]
+        return iter(pack(self.out_topic, [None] * len(values), values))
 
     def close(self) -> None:
         pass

@@ -4,7 +4,7 @@
       → DecodeStage (mapInArrow): a row per state key, or a dead-letter row
       → withWatermark(ets, lateness), then ets dropped (see below)
       → groupBy(state key).transformWithState(MatchProcessor), event time
-      → foreachBatch: the connectors' Kafka sink (topic, key, value)
+      → foreachBatch: the connectors' Kafka sink (rows of packed topic, keys, values)
 
 Spark drops rows below the watermark before a stateful operator without a
 trace; SEMANTICS §3 wants them in the dead letters. So the watermark is
@@ -65,7 +65,8 @@ def session(
 
 
 def matched_stream(spark: SparkSession, config: JobConfig, metrics: Any) -> DataFrame:
-    """The output rows `topic, key, value` of the job, before the sink."""
+    """The output rows of the job, before the sink: `topic, keys, values`, each row a
+    run of records (`connectors.kafka_sink.PACKED_COLUMNS`)."""
     from connectors.kafka_source import read_stream
     from streaming.decode_stage import DECODED_DDL, INPUT_COLUMNS, DecodeStage, build_sharding
     from streaming.processor import OUTPUT_DDL, MatchProcessor

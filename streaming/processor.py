@@ -43,7 +43,7 @@ from __future__ import annotations
 import gc
 import json
 import random
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 from pyspark.sql import Row
@@ -51,6 +51,7 @@ from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 from pyspark.sql.streaming.stateful_processor import ExpiredTimerInfo, TimerValues
 
 from connectors.config import Topics
+from connectors.kafka_sink import pack
 from matcher.engine import MATCH_FIELDS, SpaceMatcher, late_reason
 from matcher.records import Source, dead_letter, decode, from_state, to_state
 from matcher.sharding import Sharding
@@ -58,25 +59,12 @@ from streaming import state_cache
 from streaming.decode_stage import DEAD_LETTER_KEY, KIND_ORDER
 from streaming.state_cache import dump_snapshot, load_snapshot
 
-OUTPUT_DDL = "topic string, key binary, value binary"  # connectors.kafka_sink.SINK_COLUMNS
+# connectors.kafka_sink.PACKED_COLUMNS: a batch's records in runs of PACK_SIZE a row
+OUTPUT_DDL = "topic string, keys array<binary>, values array<binary>"
 _KINDS = {order: kind for kind, order in KIND_ORDER.items()}
 BATCH_KIND = "changes"  # the `log` key kind of a batch's changes
 SNAPSHOT_KIND = "snapshot"  # the `log` key kind of the snapshot's version token
 LOG_SHARE = 4  # compact when the log holds over 1/LOG_SHARE of the held records (and more)
-
-
-class _Out(Row):
-    """An output row `topic, key, value`. The job emits one per match event, so
-    it is made as a plain tuple and turned into the dict Spark asks for
-    (`asDict(True)`) directly, not by Row's field-by-field generality."""
-
-    __fields__ = ["topic", "key", "value"]
-
-    def __new__(cls, topic: str, key: bytes | None, value: bytes) -> _Out:
-        return tuple.__new__(cls, (topic, key, value))
-
-    def asDict(self, recursive: bool = False) -> dict[str, Any]:  # noqa: ARG002 (flat)
-        return {"topic": self[0], "key": self[1], "value": self[2]}
 
 
 # `matcher.engine.encode` (compact JSON, UTF-8), byte for byte, faster:
@@ -177,9 +165,9 @@ class MatchProcessor(StatefulProcessor):
     ) -> Iterator[Row]:
         skey = key[0]
         if skey == DEAD_LETTER_KEY:
-            out = [_Out(self.deadletter_topic, None, r.value) for r in rows]
-            self.metrics.add({"dead_letters": len(out)})
-            return iter(out)
+            values = [r.value for r in rows]
+            self.metrics.add({"dead_letters": len(values)})
+            return iter(pack(self.deadletter_topic, [None] * len(values), values))
         if not gc.isenabled():  # (an earlier key's rows were not read to the end)
             return iter(self._handle(skey, rows, timerValues))
         _freeze_heap()
@@ -339,8 +327,9 @@ class MatchProcessor(StatefulProcessor):
         counts["profiles"] += len(matcher.profiles)
         counts["matches"] = len(records)
         self.metrics.add(counts)
-        topic, payloads = self.matches_topic, {}
-        return [_Out(topic, r["subscriber"].encode(), _encode_match(r, payloads)) for r in records]
+        payloads: dict[int, tuple[Any, str]] = {}
+        keys = [r["subscriber"].encode() for r in records]
+        return pack(self.matches_topic, keys, [_encode_match(r, payloads) for r in records])
 
     def _move_timer(self, matcher: Any, meta: dict) -> None:
         expiry = matcher.next_expiry()
@@ -353,5 +342,5 @@ class MatchProcessor(StatefulProcessor):
             self.handle.registerTimer(wanted)
         meta["timer"] = wanted
 
-    def _dead_letters(self, letters: Iterable[dict]) -> list[Row]:
-        return [_Out(self.deadletter_topic, None, _encode(d)) for d in letters]
+    def _dead_letters(self, letters: list[dict]) -> list[Row]:
+        return pack(self.deadletter_topic, [None] * len(letters), [_encode(d) for d in letters])

@@ -6,10 +6,15 @@ from __future__ import annotations
 import gc
 import json
 
+import pyarrow as pa
+import pytest
+
 from benchmarks.workloads import generate
+from connectors.kafka_sink import PACK_SIZE, pack
+from connectors.kafka_sink import _records as sink_records
 from matcher.engine import MATCH_FIELDS, SpaceMatcher, encode
 from matcher.records import Source, decode
-from streaming.processor import _encode_match, _Out
+from streaming.processor import _encode_match
 from streaming.state_cache import dump_snapshot, load_snapshot
 
 
@@ -90,9 +95,32 @@ def test_fast_match_encoding_is_the_engines():
     payloads: dict = {}
     for case in cases:
         assert _encode_match(case, payloads) == encode(case)
-    row = _Out("t", b"k", b"v")
-    assert row.asDict(True) == {"topic": "t", "key": b"k", "value": b"v"}
-    assert (row.topic, row.key, row.value) == ("t", b"k", b"v")
+
+
+def test_output_rows_pack_records_in_order():
+    keys = [f"k{i}".encode() if i % 3 else None for i in range(2 * PACK_SIZE + 5)]
+    values = [f"v{i}".encode() for i in range(len(keys))]
+    rows = pack("t", keys, values)
+    assert [len(r.values) for r in rows] == [PACK_SIZE, PACK_SIZE, 5]
+    assert [k for r in rows for k in r.keys] == keys
+    assert [v for r in rows for v in r.asDict(True)["values"]] == values
+    assert {r.topic for r in rows} == {"t"} and pack("t", [], []) == []
+    assert rows[0].asDict(True) == {"topic": "t", "keys": rows[0][1], "values": rows[0][2]}
+    batch = pa.RecordBatch.from_pylist(
+        [r.asDict(True) for r in rows + pack("u", [b"x"], [b"y"])],
+        schema=pa.schema(
+            [
+                ("topic", pa.string()),
+                ("keys", pa.list_(pa.binary())),
+                ("values", pa.list_(pa.binary())),
+            ]
+        ),
+    )
+    assert list(sink_records(batch)) == [("t", *kv) for kv in zip(keys, values, strict=True)] + [
+        ("u", b"x", b"y")
+    ]
+    with pytest.raises(ValueError):
+        pack("t", [None], [])
 
 
 # -- the processor on fake state -----------------------------------------------------------
@@ -216,7 +244,7 @@ def test_processor_state_rebuilds_to_the_same_matches():
             state_cache._entries = workers[pick.randrange(2)]
             out = list(processor.handleInputRows((space,), iter(spark_rows), _Timer(0)))
             expected = reference.apply_batch(_records(kind, rows, topic))
-            assert [r.value for r in out] == [encode(e) for e in expected]
+            assert [v for r in out for v in r.values] == [encode(e) for e in expected]
     finally:
         state_cache._entries = state_cache._entries.__class__()
     seen = {k for counts in metrics.seen for k in counts}
