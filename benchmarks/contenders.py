@@ -47,8 +47,7 @@ class Forest(Contender):
         return self.match_profiles([profile])[0]
 
     def match_profiles(self, profiles: list[Profile]) -> list[Keys]:
-        qi, slots = self.df.match_profiles(profiles, [ALWAYS] * len(profiles))
-        return _group(len(profiles), qi, slots, self.sub_keys)
+        return self.df.match_profiles_grouped(profiles, [ALWAYS] * len(profiles), self.sub_keys)
 
     def insert_profile(self, key: int, profile: Profile) -> None:
         slot = self.profile_slot[key] = self.df.add_profile(key, profile, *ALWAYS)

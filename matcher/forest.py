@@ -19,6 +19,7 @@ from matcher.boxes import Dims
 
 ROOT = 0  # the list id of the root set; node ids start at 1
 WIDE = 32  # a child list this long is tested by broadcasting
+BROADCAST_CELLS = 4096  # ... if its (query × child) matrix has this many cells
 CHUNK = 1 << 18  # (query × child) matrix cells tested at once
 BLOCKED = 4096  # a child list this long is also indexed by sorted blocks
 BLOCK = 512  # children per block
@@ -318,6 +319,11 @@ class Forest:
         if qaf and not self.need_covers:  # a query containing a node takes its subtree
             inherit = inherit | self._inside(q_lo, q_hi, qi, ni, ~inherit, True)
         wide = count >= WIDE
+        if not qaf and wide.any():
+            # Broadcast only a matrix big enough to pay for its calls; the
+            # many long lists that few profiles reach are cheaper pair by pair.
+            nodes, which, queries = np.unique(ni[wide], return_inverse=True, return_counts=True)
+            wide[wide] = (queries * self.children.count[nodes] >= BROADCAST_CELLS)[which]
         parts = [self._gathered(qi[~wide], ni[~wide], inherit[~wide], q_lo, q_hi, qaf)]
         if wide.any():
             wq, wn, wa = qi[wide], ni[wide], inherit[wide]

@@ -196,6 +196,10 @@ def _space_matcher_against_oracle(workload, probe_profiles, probe_subs, window, 
         intervals = [window] * len(probe_profiles)
         qi, slots = m.forest.match_profiles([Profile(a) for a in probe_profiles], intervals)
         got_pairs = {(int(q), m.forest.subs.handles[s]) for q, s in zip(qi, slots, strict=True)}
+        grouped = m.forest.match_profiles_grouped([Profile(a) for a in probe_profiles], intervals)
+        assert [sorted(g.tolist()) for g in grouped] == [
+            sorted(slots[qi == q].tolist()) for q in range(len(probe_profiles))
+        ]
         want = set()
         for q, attrs in enumerate(probe_profiles):
             probe = oracle.hold(

@@ -265,6 +265,9 @@ def _probe(df, subs, profiles, probes) -> None:
     qi, slots = df.match_profiles(queries, [(0, OPEN)] * len(queries))
     want = {(q, s) for q, p in enumerate(queries) for s, c in subs.items() if c.overlaps(p)}
     assert set(zip(qi.tolist(), slots.tolist(), strict=True)) == want
+    grouped = df.match_profiles_grouped(queries, [(0, OPEN)] * len(queries))
+    assert {(q, s) for q, found in enumerate(grouped) for s in found.tolist()} == want
+    assert sum(map(len, grouped)) == len(want)
     filters = [(conj(_box_filter(b)), covers) for b, covers in probes]
     qi, slots = df.match_subscriptions([([c], cov, 0, OPEN) for c, cov in filters])
     want = {
