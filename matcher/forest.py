@@ -301,7 +301,7 @@ class Forest:
             out_q.append(qi)
             out_n.append(ni)
             out_c.append(cov)
-            inherit = cov if qaf else acc | self._core_hits(q_lo, q_hi, qi, ni, acc)
+            inherit = cov if qaf else acc
             qi, ni, cov, acc = self._expand(qi, ni, inherit, q_lo, q_hi, qaf)
         if not out_q:
             empty = np.zeros(0, dtype=np.int64)
@@ -318,6 +318,8 @@ class Forest:
             qi, ni, inherit, count = qi[parents], ni[parents], inherit[parents], count[parents]
         if qaf and not self.need_covers:  # a query containing a node takes its subtree
             inherit = inherit | self._inside(q_lo, q_hi, qi, ni, ~inherit, True)
+        elif not qaf:  # (a leaf has no subtree to accept: tested after the drop)
+            inherit = inherit | self._core_hits(q_lo, q_hi, qi, ni, inherit)
         wide = count >= WIDE
         if not qaf and wide.any():
             # Broadcast only a matrix big enough to pay for its calls; the
@@ -403,13 +405,17 @@ class Forest:
         node's box in (`lo`, `hi`)? False for the others."""
         out = np.zeros(len(qi), dtype=bool)
         picked = np.flatnonzero(test)
-        if len(picked):
-            tq, tn = np.take(qi, picked), np.take(ni, picked)
-            ok = np.ones(len(picked), dtype=bool)
-            for col in range(q_lo.shape[0]):
-                ok &= np.take(q_lo[col], tq) <= np.take(hi[col], tn)
-                ok &= np.take(lo[col], tn) <= np.take(q_hi[col], tq)
-            out[picked] = ok
+        tq, tn = np.take(qi, picked), np.take(ni, picked)
+        ok = np.ones(len(picked), dtype=bool)
+        for col in range(q_lo.shape[0]):
+            if not len(picked):
+                break
+            ok &= np.take(q_lo[col], tq) <= np.take(hi[col], tn)
+            ok &= np.take(lo[col], tn) <= np.take(q_hi[col], tq)
+            if 2 * np.count_nonzero(ok) < len(ok):  # most pairs failed: test only the rest
+                keep = np.flatnonzero(ok)
+                picked, tq, tn, ok = picked[keep], tq[keep], tn[keep], ok[keep]
+        out[picked[ok]] = True
         return out
 
     def _covers(self, q_lo, q_hi, qi, ni, inherit, qaf):
