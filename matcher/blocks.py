@@ -67,13 +67,15 @@ class BlockStore:
             self.cap = _grow(self.cap, lists, 0)
 
     def add(self, lst: int, elem: int, value: int = 0) -> None:
-        self.reserve(lst + 1)
+        # (Python ints in between: numpy scalar arithmetic costs more)
+        if lst >= len(self.count):
+            self.reserve(lst + 1)
         if elem >= len(self.slot):
             self.slot, self.owner = _grow(self.slot, elem + 1, -1), _grow(self.owner, elem + 1, -1)
-        n = self.count[lst]
+        n = int(self.count[lst])
         if n == self.cap[lst]:
-            self._move(lst, max(4, 2 * int(n)))
-        pos = self.start[lst] + n
+            self._move(lst, max(4, 2 * n))
+        pos = int(self.start[lst]) + n
         self.data[pos] = elem
         if self.vals is not None:
             self.vals[pos] = value
@@ -84,14 +86,16 @@ class BlockStore:
     def remove(self, elem: int) -> int:
         """Remove an element from its list; returns the list it was in."""
         lst = int(self.owner[elem])
-        pos = self.slot[elem]
-        last = self.start[lst] + self.count[lst] - 1
-        moved = self.data[last]
-        self.data[pos] = moved
-        if self.vals is not None:
-            self.vals[pos] = self.vals[last]
-        self.slot[moved] = pos
-        self.count[lst] -= 1
+        pos = int(self.slot[elem])
+        n = int(self.count[lst]) - 1
+        last = int(self.start[lst]) + n
+        if last != pos:
+            moved = int(self.data[last])
+            self.data[pos] = moved
+            if self.vals is not None:
+                self.vals[pos] = self.vals[last]
+            self.slot[moved] = pos
+        self.count[lst] = n
         self.slot[elem] = -1
         self.owner[elem] = -1
         return lst

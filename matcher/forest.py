@@ -96,7 +96,7 @@ class Forest:
     def discard(self, entry: int) -> None:
         """Detach an entry; a node left without entries is spliced out."""
         node = self.entries.remove(entry)
-        if self.entries.size(node) == 0:
+        if not self.entries.count[node]:
             self._remove_node(node)
 
     def node_of(self, entry: int) -> int:
@@ -190,20 +190,12 @@ class Forest:
         """Which children of `parent` have a box containing the node's (a
         necessary condition of covering, tested before the exact `covers`)."""
         kids, lo, hi = self._bounds_of_kids(parent)
-        inside = np.ones(len(kids), dtype=bool)
-        for col in range(lo.shape[0]):
-            inside &= lo[col] <= self.lo[col, node]
-            inside &= self.hi[col, node] <= hi[col]
-        return kids[inside]
+        return kids[_around(lo, hi, self.lo[:, node], self.hi[:, node])]
 
     def _contained(self, node: int, parent: int) -> np.ndarray:
         """Which children of `parent` have a box inside the node's."""
         kids, lo, hi = self._bounds_of_kids(parent)
-        inside = np.ones(len(kids), dtype=bool)
-        for col in range(lo.shape[0]):
-            inside &= self.lo[col, node] <= lo[col]
-            inside &= hi[col] <= self.hi[col, node]
-        return kids[inside]
+        return kids[_around(lo, hi, self.lo[:, node], self.hi[:, node], inside=True)]
 
     def _place(self, node: int, start: int) -> None:
         """Descend from `start` into a node that covers this one until none
@@ -217,14 +209,15 @@ class Forest:
                     self._detach(sib)
                     self._attach(node, sib)
         self._attach(at, node)
-        self._refresh(node)
+        self._tighten(node)
 
     def _remove_node(self, node: int) -> None:
         """Splice the node out: its children go to its parent (which covers
         them); at the root level they are placed again among the roots."""
         parent = self._detach(node)
-        orphans = self.children.items(node).copy()
-        for kid in orphans.tolist():
+        stale = parent != ROOT and self._binds(node, parent)
+        orphans = self.children.items(node).tolist() if self.children.count[node] else []
+        for kid in orphans:
             self._detach(kid)
         self.children.release(node)
         self._wide.pop(node, None)
@@ -232,12 +225,47 @@ class Forest:
         del self.by_key[self.keys[node]]
         self.keys[node] = None
         self.free.append(node)
-        for kid in orphans.tolist():
+        for kid in orphans:
             if parent == ROOT:
                 self._place(kid, ROOT)
             else:
                 self._attach(parent, kid)
-        self._refresh(parent)
+        if stale:
+            self._refresh(parent)
+
+    def _binds(self, node: int, parent: int) -> bool:
+        """Whether the parent's subtree bounds may change when the node's own
+        box leaves its subtree: the box may be the one that sets the core on
+        some column, or the one that makes the subtree impure. (Mostly not:
+        a leaf's removal then costs no pass over its siblings.)"""
+        if self.exact[node]:
+            return True
+        c_lo, c_hi = self.core_lo[:, parent], self.core_hi[:, parent]
+        loose = ((self.lo[:, node] < c_lo) | (c_lo == -np.inf)).all()
+        return not (loose and ((c_hi < self.hi[:, node]) | (c_hi == np.inf)).all())
+
+    def _tighten(self, node: int) -> None:
+        """Subtree bounds after the node was placed: its own from the
+        children it adopted, and each ancestor's subtree gained one box
+        (its core can only shrink, its purity only fail), up to the
+        first ancestor that does not change."""
+        kids = self.children.items(node)
+        lo, hi = self.core_lo[:, node], self.core_hi[:, node]  # (its box, set when made)
+        if len(kids):
+            np.maximum(lo, self.core_lo[:, kids].max(axis=1), out=lo)
+            np.minimum(hi, self.core_hi[:, kids].min(axis=1), out=hi)
+            self.pure[node] = self.pure[node] and bool(self.pure[kids].all())
+        pure = bool(self.pure[node])
+        at = int(self.parent[node])
+        while at != ROOT:
+            a_lo, a_hi = self.core_lo[:, at], self.core_hi[:, at]
+            was = bool(self.pure[at])
+            if (a_lo >= lo).all() and (a_hi <= hi).all() and (pure or not was):
+                return
+            np.maximum(a_lo, lo, out=a_lo)
+            np.minimum(a_hi, hi, out=a_hi)
+            self.pure[at] = was and pure
+            at = int(self.parent[at])
 
     def _refresh(self, node: int) -> None:
         """Recompute the subtree bounds of a node and of its ancestors, as far
@@ -517,6 +545,26 @@ def _hits(lo, hi, qs, q_lo, q_hi, plan) -> tuple[np.ndarray, np.ndarray]:
             rows.append(p[cells // n])
             cols.append(cells % n)
     return np.concatenate(rows), np.concatenate(cols)
+
+
+def _around(
+    lo: np.ndarray, hi: np.ndarray, a: np.ndarray, b: np.ndarray, inside: bool = False
+) -> np.ndarray:
+    """Which boxes (columns × boxes) contain the box [a, b] (or lie inside
+    it): a short list in one matrix test, a long one column by column, on
+    the survivors of the columns before."""
+    if lo.shape[1] < BLOCKED or not lo.shape[0]:
+        if inside:
+            return np.flatnonzero((a[:, None] <= lo).all(axis=0) & (hi <= b[:, None]).all(axis=0))
+        return np.flatnonzero((lo <= a[:, None]).all(axis=0) & (b[:, None] <= hi).all(axis=0))
+    pos = None
+    for col in range(lo.shape[0]):
+        c_lo, c_hi = (lo[col], hi[col]) if pos is None else (lo[col][pos], hi[col][pos])
+        ok = (a[col] <= c_lo) & (c_hi <= b[col]) if inside else (c_lo <= a[col]) & (b[col] <= c_hi)
+        pos = np.flatnonzero(ok) if pos is None else pos[ok]
+        if not len(pos):
+            break
+    return pos
 
 
 def _with_all(r: np.ndarray, k: np.ndarray, everywhere: np.ndarray, n: int):
