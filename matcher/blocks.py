@@ -100,14 +100,23 @@ class BlockStore:
         self.owner[elem] = -1
         return lst
 
-    def reorder(self, lst: int, order: np.ndarray) -> None:
-        """Permute one list: its element i becomes the old element order[i]."""
-        s = int(self.start[lst])
-        block = slice(s, s + int(self.count[lst]))
+    def reorder(self, lst: int, order: np.ndarray, at: int = 0) -> None:
+        """Permute one list from position `at` on: its element at + i
+        becomes the old element at + order[i]."""
+        s = int(self.start[lst]) + at
+        block = slice(s, int(self.start[lst]) + int(self.count[lst]))
         self.data[block] = self.data[block][order]
         if self.vals is not None:
             self.vals[block] = self.vals[block][order]
         self.slot[self.data[block]] = np.arange(block.start, block.stop)
+
+    def swap(self, lst: int, i: int, j: int) -> None:
+        """Exchange the elements at positions i and j of one list."""
+        s = int(self.start[lst])
+        self.data[[s + i, s + j]] = self.data[[s + j, s + i]]
+        if self.vals is not None:
+            self.vals[[s + i, s + j]] = self.vals[[s + j, s + i]]
+        self.slot[self.data[[s + i, s + j]]] = [s + i, s + j]
 
     def index_of(self, elem: int) -> int:
         """An element's position within its list."""
