@@ -708,16 +708,18 @@ class _Mirror:
             self.ihi[:, b] = np.minimum(self.ihi[:, b], self.hi[:, index])
 
     def fitting(self, index: int) -> int | None:
-        """If `index` lies in a block: the position of a child at the end of
-        the unsorted tail whose box widens that block's bounds least (None
-        if the tail is empty)."""
-        b, cut = index // self.block, self.nblocks * self.block
-        if b >= self.nblocks or cut >= self.n - 1:
+        """If `index` lies in a block of a list the inserts keep in blocks:
+        the position of a child at the end of the unsorted tail whose box
+        widens that block's bounds least (None if the tail is empty)."""
+        b, cut, n = index // self.block, self.nblocks * self.block, self.n
+        if n < SETTLED or b >= self.nblocks or cut >= n - 1:
             return None
-        cut = max(cut, self.n - self.block)  # (the last few suffice: a removal stays cheap)
-        with np.errstate(invalid="ignore"):  # (inf - inf is nan: fmax makes it 0)
-            out = np.fmax(self.blo[:, b, None] - self.lo[:, cut : self.n], 0)
-            out += np.fmax(self.hi[:, cut : self.n] - self.bhi[:, b, None], 0)
+        cut = max(cut, n - self.block)  # (the last few suffice: a removal stays cheap)
+        lo, hi = self.lo[:, cut:n], self.hi[:, cut:n]
+        b_lo, b_hi = self.blo[:, b, None], self.bhi[:, b, None]
+        # (computed only where the box sticks out: no inf - inf)
+        out = np.subtract(b_lo, lo, out=np.zeros(lo.shape), where=lo < b_lo)
+        out += np.subtract(hi, b_hi, out=np.zeros(hi.shape), where=hi > b_hi)
         return cut + int(out.sum(axis=0).argmin())
 
     def swap(self, i: int, j: int) -> None:
