@@ -94,9 +94,16 @@ class Data:
 def prepare(kind: str, plan: Plan) -> Data:
     """Specs to the matcher's model, and every column registered up front."""
     top, q = max(plan.sizes), plan.queries
-    w = build(kind, SEED, top + q, top + 2 * q)
+    # Profile records: the held ones, then the queries. Retracts (tracking)
+    # are no profiles, so ask for some more records, and more again if short.
+    records = top + 2 * q + (top + q) // 100
+    while True:
+        w = build(kind, SEED, top + q, records)
+        publishes = [p for p in w.profiles if p.attrs is not None]
+        if len(publishes) >= top + q:
+            break
+        records += 2 * (top + q - len(publishes))
     subs = [s for s in w.subscriptions if s.dnf is not None]
-    publishes = [p for p in w.profiles if p.attrs is not None]
     memo: dict[tuple, list[Conjunction]] = {}
 
     def predicate(dnf: list[list[tuple]]) -> list[Conjunction]:

@@ -67,13 +67,15 @@ class BlockStore:
             self.cap = _grow(self.cap, lists, 0)
 
     def add(self, lst: int, elem: int, value: int = 0) -> None:
-        self.reserve(lst + 1)
+        # (Python ints in between: numpy scalar arithmetic costs more)
+        if lst >= len(self.count):
+            self.reserve(lst + 1)
         if elem >= len(self.slot):
             self.slot, self.owner = _grow(self.slot, elem + 1, -1), _grow(self.owner, elem + 1, -1)
-        n = self.count[lst]
+        n = int(self.count[lst])
         if n == self.cap[lst]:
-            self._move(lst, max(4, 2 * int(n)))
-        pos = self.start[lst] + n
+            self._move(lst, max(4, 2 * n))
+        pos = int(self.start[lst]) + n
         self.data[pos] = elem
         if self.vals is not None:
             self.vals[pos] = value
@@ -84,26 +86,37 @@ class BlockStore:
     def remove(self, elem: int) -> int:
         """Remove an element from its list; returns the list it was in."""
         lst = int(self.owner[elem])
-        pos = self.slot[elem]
-        last = self.start[lst] + self.count[lst] - 1
-        moved = self.data[last]
-        self.data[pos] = moved
-        if self.vals is not None:
-            self.vals[pos] = self.vals[last]
-        self.slot[moved] = pos
-        self.count[lst] -= 1
+        pos = int(self.slot[elem])
+        n = int(self.count[lst]) - 1
+        last = int(self.start[lst]) + n
+        if last != pos:
+            moved = int(self.data[last])
+            self.data[pos] = moved
+            if self.vals is not None:
+                self.vals[pos] = self.vals[last]
+            self.slot[moved] = pos
+        self.count[lst] = n
         self.slot[elem] = -1
         self.owner[elem] = -1
         return lst
 
-    def reorder(self, lst: int, order: np.ndarray) -> None:
-        """Permute one list: its element i becomes the old element order[i]."""
-        s = int(self.start[lst])
-        block = slice(s, s + int(self.count[lst]))
+    def reorder(self, lst: int, order: np.ndarray, at: int = 0) -> None:
+        """Permute one list from position `at` on: its element at + i
+        becomes the old element at + order[i]."""
+        s = int(self.start[lst]) + at
+        block = slice(s, int(self.start[lst]) + int(self.count[lst]))
         self.data[block] = self.data[block][order]
         if self.vals is not None:
             self.vals[block] = self.vals[block][order]
         self.slot[self.data[block]] = np.arange(block.start, block.stop)
+
+    def swap(self, lst: int, i: int, j: int) -> None:
+        """Exchange the elements at positions i and j of one list."""
+        s = int(self.start[lst])
+        self.data[[s + i, s + j]] = self.data[[s + j, s + i]]
+        if self.vals is not None:
+            self.vals[[s + i, s + j]] = self.vals[[s + j, s + i]]
+        self.slot[self.data[[s + i, s + j]]] = [s + i, s + j]
 
     def index_of(self, elem: int) -> int:
         """An element's position within its list."""

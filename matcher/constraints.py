@@ -280,6 +280,10 @@ def _normalized(c: Constraint) -> Constraint | None:
         if not c.not_contains and (lo, lo_open, hi, hi_open) == (c.lo, c.lo_open, c.hi, c.hi_open):
             excluded = frozenset(e for e in c.excluded if c._in_bounds(e))
             return c if excluded == c.excluded else replace(c, excluded=excluded)
+        if c.allowed is None and not c.not_contains:  # moved bounds, no patterns: as below
+            out = Constraint(c.type, lo, lo_open, hi, hi_open)
+            excluded = frozenset(e for e in c.excluded if out.allows(e))
+            return replace(out, excluded=excluded) if excluded else out
     prefixes = _strongest(c.prefixes, lambda q, p: q.startswith(p))
     suffixes = _strongest(c.suffixes, lambda q, p: q.endswith(p))
     if len(prefixes) > 1 or len(suffixes) > 1:

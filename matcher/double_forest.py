@@ -100,9 +100,10 @@ class DoubleForest:
         else:
             entry = self.n_entries
             self.n_entries += 1
-            n = entry + 1
-            self.e_sub, self.e_covers = _grow(self.e_sub, n, 0), _grow(self.e_covers, n, False)
-            self.e_from, self.e_to = _grow(self.e_from, n, 0.0), _grow(self.e_to, n, 0.0)
+            if entry >= len(self.e_sub):
+                n = entry + 1
+                self.e_sub, self.e_covers = _grow(self.e_sub, n, 0), _grow(self.e_covers, n, False)
+                self.e_from, self.e_to = _grow(self.e_from, n, 0.0), _grow(self.e_to, n, 0.0)
         self.e_sub[entry], self.e_covers[entry] = slot, covers
         self.e_from[entry], self.e_to[entry] = vf, vt
         return entry

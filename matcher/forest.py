@@ -23,6 +23,10 @@ BROADCAST_CELLS = 4096  # ... if its (query × child) matrix has this many cells
 CHUNK = 1 << 18  # (query × child) matrix cells tested at once
 BLOCKED = 4096  # a child list this long is also indexed by sorted blocks
 BLOCK = 512  # children per block
+FEW = 4096  # boxes tested in one matrix op; more, column by column on the survivors
+SETTLED = 16384  # a child list this long is kept in blocks by inserts too
+RUN = 8  # blocks: an insert sorts the unsorted tail into a run of blocks this long
+RATIO = 4  # a run is merged into the one before it once that is under RATIO times as long
 SCAN_SHARE = 2  # blocks are scanned one by one only if queries meet under 1/2 of them
 FINITE_SHARE = 0.9  # blocks sort on the columns finite on this share of boxes
 MAX_FINITE = 1e300  # bounds beyond this are the open ends of a box
@@ -97,7 +101,7 @@ class Forest:
     def discard(self, entry: int) -> None:
         """Detach an entry; a node left without entries is spliced out."""
         node = self.entries.remove(entry)
-        if self.entries.size(node) == 0:
+        if not self.entries.count[node]:
             self._remove_node(node)
 
     def node_of(self, entry: int) -> int:
@@ -168,11 +172,20 @@ class Forest:
         mirror = self._wide.get(parent)
         if mirror is not None:
             mirror.append(self.lo[:, kid], self.hi[:, kid])
+            mirror.settle(lambda order, at: self.children.reorder(parent, order, at))
 
     def _detach(self, kid: int) -> int:
-        index = self.children.index_of(kid)
-        parent = self.children.remove(kid)
+        parent = self.children.owner_of(kid)
         mirror = self._wide.get(parent)
+        if mirror is not None:
+            index = self.children.index_of(kid)
+            # The last child fills the hole: first make it the one of the
+            # unsorted tail that widens the hole's block least.
+            fit = mirror.fitting(index)
+            if fit is not None:
+                self.children.swap(parent, fit, mirror.n - 1)
+                mirror.swap(fit, mirror.n - 1)
+        self.children.remove(kid)
         if mirror is not None:
             mirror.swap_remove(index)
         return parent
@@ -183,28 +196,32 @@ class Forest:
         mirror = self._wide.get(node)
         if mirror is None:
             if len(kids) < WIDE:
-                return kids, self.lo[:, kids], self.hi[:, kids]
+                return kids, self.lo.take(kids, axis=1), self.hi.take(kids, axis=1)
             mirror = self._wide[node] = _Mirror(self.lo[:, kids], self.hi[:, kids])
         return kids, mirror.lo[:, : mirror.n], mirror.hi[:, : mirror.n]
 
     def _contains(self, node: int, parent: int) -> np.ndarray:
         """Which children of `parent` have a box containing the node's (a
         necessary condition of covering, tested before the exact `covers`)."""
-        kids, lo, hi = self._bounds_of_kids(parent)
-        inside = np.ones(len(kids), dtype=bool)
-        for col in range(lo.shape[0]):
-            inside &= lo[col] <= self.lo[col, node]
-            inside &= self.hi[col, node] <= hi[col]
-        return kids[inside]
+        return self._related(node, parent, False)
 
     def _contained(self, node: int, parent: int) -> np.ndarray:
         """Which children of `parent` have a box inside the node's."""
+        return self._related(node, parent, True)
+
+    def _related(self, node: int, parent: int, inside: bool) -> np.ndarray:
         kids, lo, hi = self._bounds_of_kids(parent)
-        inside = np.ones(len(kids), dtype=bool)
-        for col in range(lo.shape[0]):
-            inside &= self.lo[col, node] <= lo[col]
-            inside &= hi[col] <= self.hi[col, node]
-        return kids[inside]
+        a, b = self.lo[:, node], self.hi[:, node]
+        mirror = self._wide.get(parent)
+        if mirror is None or mirror.n < SETTLED or not mirror.nblocks:
+            return kids[_around(lo, hi, a, b, inside)]
+        cut = mirror.nblocks * mirror.block
+        found = _around(lo[:, cut:], hi[:, cut:], a, b, inside) + cut  # the tail
+        pos = mirror.candidates(a, b, inside)
+        if len(pos) * SCAN_SHARE > cut:  # the blocks hardly prune: scan them whole
+            pos = None
+            lo, hi = lo[:, :cut], hi[:, :cut]
+        return kids[np.concatenate([_around(lo, hi, a, b, inside, pos), found])]
 
     def _place(self, node: int, start: int) -> None:
         """Descend from `start` into a node that covers this one until none
@@ -218,14 +235,15 @@ class Forest:
                     self._detach(sib)
                     self._attach(node, sib)
         self._attach(at, node)
-        self._refresh(node)
+        self._tighten(node)
 
     def _remove_node(self, node: int) -> None:
         """Splice the node out: its children go to its parent (which covers
         them); at the root level they are placed again among the roots."""
         parent = self._detach(node)
-        orphans = self.children.items(node).copy()
-        for kid in orphans.tolist():
+        stale = parent != ROOT and self._binds(node, parent)
+        orphans = self.children.items(node).tolist() if self.children.count[node] else []
+        for kid in orphans:
             self._detach(kid)
         self.children.release(node)
         self._wide.pop(node, None)
@@ -233,12 +251,47 @@ class Forest:
         del self.by_key[self.keys[node]]
         self.keys[node] = None
         self.free.append(node)
-        for kid in orphans.tolist():
+        for kid in orphans:
             if parent == ROOT:
                 self._place(kid, ROOT)
             else:
                 self._attach(parent, kid)
-        self._refresh(parent)
+        if stale:
+            self._refresh(parent)
+
+    def _binds(self, node: int, parent: int) -> bool:
+        """Whether the parent's subtree bounds may change when the node's own
+        box leaves its subtree: the box may be the one that sets the core on
+        some column, or the one that makes the subtree impure. (Mostly not:
+        a leaf's removal then costs no pass over its siblings.)"""
+        if self.exact[node]:
+            return True
+        c_lo, c_hi = self.core_lo[:, parent], self.core_hi[:, parent]
+        loose = ((self.lo[:, node] < c_lo) | (c_lo == -np.inf)).all()
+        return not (loose and ((c_hi < self.hi[:, node]) | (c_hi == np.inf)).all())
+
+    def _tighten(self, node: int) -> None:
+        """Subtree bounds after the node was placed: its own from the
+        children it adopted, and each ancestor's subtree gained one box
+        (its core can only shrink, its purity only fail), up to the
+        first ancestor that does not change."""
+        kids = self.children.items(node)
+        lo, hi = self.core_lo[:, node], self.core_hi[:, node]  # (its box, set when made)
+        if len(kids):
+            np.maximum(lo, self.core_lo[:, kids].max(axis=1), out=lo)
+            np.minimum(hi, self.core_hi[:, kids].min(axis=1), out=hi)
+            self.pure[node] = self.pure[node] and bool(self.pure[kids].all())
+        pure = bool(self.pure[node])
+        at = int(self.parent[node])
+        while at != ROOT:
+            a_lo, a_hi = self.core_lo[:, at], self.core_hi[:, at]
+            was = bool(self.pure[at])
+            if (a_lo >= lo).all() and (a_hi <= hi).all() and (pure or not was):
+                return
+            np.maximum(a_lo, lo, out=a_lo)
+            np.minimum(a_hi, hi, out=a_hi)
+            self.pure[at] = was and pure
+            at = int(self.parent[at])
 
     def _refresh(self, node: int) -> None:
         """Recompute the subtree bounds of a node and of its ancestors, as far
@@ -531,6 +584,39 @@ def _hits(lo, hi, qs, q_lo, q_hi, plan) -> tuple[np.ndarray, np.ndarray]:
     return np.concatenate(rows), np.concatenate(cols)
 
 
+def _around(
+    lo: np.ndarray,
+    hi: np.ndarray,
+    a: np.ndarray,
+    b: np.ndarray,
+    inside: bool = False,
+    pos: np.ndarray | None = None,
+) -> np.ndarray:
+    """The positions of the boxes (columns × boxes; only those at `pos`, if
+    given) that contain the box [a, b] (or lie inside it): a few in one
+    matrix test, many column by column on the survivors of the columns
+    before."""
+    n = lo.shape[1] if pos is None else len(pos)
+    if n < FEW or not lo.shape[0]:
+        if pos is not None:
+            lo, hi = lo.take(pos, axis=1), hi.take(pos, axis=1)
+        if inside:
+            ok = a[:, None] <= lo
+            ok &= hi <= b[:, None]
+        else:
+            ok = lo <= a[:, None]
+            ok &= b[:, None] <= hi
+        ok = ok.all(axis=0)
+        return np.flatnonzero(ok) if pos is None else pos[ok]
+    for col in range(lo.shape[0]):
+        c_lo, c_hi = (lo[col], hi[col]) if pos is None else (lo[col][pos], hi[col][pos])
+        ok = (a[col] <= c_lo) & (c_hi <= b[col]) if inside else (c_lo <= a[col]) & (b[col] <= c_hi)
+        pos = np.flatnonzero(ok) if pos is None else pos[ok]
+        if not len(pos):
+            break
+    return pos
+
+
 def _with_all(r: np.ndarray, k: np.ndarray, everywhere: np.ndarray, n: int):
     """Add every box for the queries `everywhere` (accepted without tests)."""
     if not len(everywhere):
@@ -574,9 +660,30 @@ class _Mirror:
     into the hole and widens that block's box: boxes stay conservative, and
     once there have been more such widenings than blocks, the list is
     sorted again too (the boxes have loosened).
+
+    Inserts test a new box against the list (which children contain it,
+    which lie inside it) through the blocks too, so they keep the tail
+    short: every RUN blocks of it are sorted into a run of blocks of their
+    own, merged with the runs before while those are not RATIO times
+    longer (a log-structured merge: a child is sorted again only a few
+    times). For the "inside" test each block also keeps its inner bounds
+    (the max of its lows, the min of its highs).
     """
 
-    __slots__ = ("lo", "hi", "n", "blo", "bhi", "nblocks", "block", "tried", "widened")
+    __slots__ = (
+        "lo",
+        "hi",
+        "n",
+        "blo",
+        "bhi",
+        "ilo",
+        "ihi",
+        "runs",
+        "nblocks",
+        "block",
+        "tried",
+        "widened",
+    )
 
     def __init__(self, lo: np.ndarray, hi: np.ndarray) -> None:
         self.n = lo.shape[1]
@@ -586,7 +693,8 @@ class _Mirror:
         self.lo[:, : self.n], self.hi[:, : self.n] = lo, hi
         self.nblocks = self.tried = self.widened = 0
         self.block = BLOCK
-        self.blo = self.bhi = np.empty((lo.shape[0], 0))
+        self.blo = self.bhi = self.ilo = self.ihi = np.empty((lo.shape[0], 0))
+        self.runs: list[int] = []  # the first block of each sorted run
 
     def append(self, lo: np.ndarray, hi: np.ndarray) -> None:
         if self.n == self.lo.shape[1]:
@@ -601,11 +709,59 @@ class _Mirror:
         self.lo[:, index], self.hi[:, index] = self.lo[:, self.n], self.hi[:, self.n]
         if self.nblocks * self.block > self.n:
             self.nblocks = self.n // self.block  # the last block became tail
+            while self.runs and self.runs[-1] >= self.nblocks:
+                self.runs.pop()
         b = index // self.block
         if b < self.nblocks:
             self.widened += 1
             self.blo[:, b] = np.minimum(self.blo[:, b], self.lo[:, index])
             self.bhi[:, b] = np.maximum(self.bhi[:, b], self.hi[:, index])
+            self.ilo[:, b] = np.maximum(self.ilo[:, b], self.lo[:, index])
+            self.ihi[:, b] = np.minimum(self.ihi[:, b], self.hi[:, index])
+
+    def fitting(self, index: int) -> int | None:
+        """If `index` lies in a block of a list the inserts keep in blocks:
+        the position of a child at the end of the unsorted tail whose box
+        widens that block's bounds least (None if the tail is empty)."""
+        b, cut, n = index // self.block, self.nblocks * self.block, self.n
+        if n < SETTLED or b >= self.nblocks or cut >= n - 1:
+            return None
+        cut = max(cut, n - self.block)  # (the last few suffice: a removal stays cheap)
+        lo, hi = self.lo[:, cut:n], self.hi[:, cut:n]
+        b_lo, b_hi = self.blo[:, b, None], self.bhi[:, b, None]
+        # (computed only where the box sticks out: no inf - inf)
+        out = np.subtract(b_lo, lo, out=np.zeros(lo.shape), where=lo < b_lo)
+        out += np.subtract(hi, b_hi, out=np.zeros(hi.shape), where=hi > b_hi)
+        return cut + int(out.sum(axis=0).argmin())
+
+    def swap(self, i: int, j: int) -> None:
+        """Exchange two children of the unsorted tail."""
+        self.lo[:, [i, j]], self.hi[:, [i, j]] = self.lo[:, [j, i]], self.hi[:, [j, i]]
+
+    def settle(self, reorder: Callable[[np.ndarray, int], None]) -> None:
+        """After an append: sort the tail into a run once it is RUN blocks
+        long, merging it with the shorter runs before it."""
+        size = self.block
+        tail = self.n - self.nblocks * size
+        if self.n < SETTLED or tail < RUN * size or self.n - self.tried < RUN * size:
+            return
+        first = self.nblocks
+        while self.runs and (first - self.runs[-1]) * size < RATIO * (self.n - first * size):
+            first = self.runs.pop()
+        self._sort_from(first, reorder)
+        self.tried = self.n  # (no sortable column: not tried again until it grows)
+
+    def candidates(self, a: np.ndarray, b: np.ndarray, inside: bool) -> np.ndarray:
+        """Positions of the children that may contain the box [a, b] (or lie
+        inside it) among the blocks': those of the blocks whose bounds allow it."""
+        nb, size = self.nblocks, self.block
+        if inside:
+            ok = (self.ilo[:, :nb] >= a[:, None]).all(axis=0)
+            ok &= (self.ihi[:, :nb] <= b[:, None]).all(axis=0)
+        else:
+            ok = (self.blo[:, :nb] <= a[:, None]).all(axis=0)
+            ok &= (self.bhi[:, :nb] >= b[:, None]).all(axis=0)
+        return (np.flatnonzero(ok)[:, None] * size + np.arange(size)).ravel()
 
     def blocks(self, reorder: Callable[[np.ndarray], None]) -> int:
         """How many leading blocks are indexed, sorting the list again first
@@ -622,20 +778,32 @@ class _Mirror:
         return self.nblocks
 
     def _sort(self, reorder: Callable[[np.ndarray], None]) -> None:
-        n, size = self.n, self.block
-        lo, hi = self.lo[:, :n], self.hi[:, :n]
         self.widened = 0
+        self._sort_from(0, lambda order, at: reorder(order))
+
+    def _sort_from(self, first: int, reorder: Callable[[np.ndarray, int], None]) -> None:
+        """Sort the children from block `first` on into blocks (the rest of
+        a block stays tail), through `reorder(order, at)`, which permutes
+        the child list from position `at` to match."""
+        n, size, at = self.n, self.block, first * self.block
+        lo, hi = self.lo[:, at:n], self.hi[:, at:n]
         order = _tiled_order(lo, hi, size)
+        self.runs = [r for r in self.runs if r < first]
         if order is None:
-            self.nblocks = 0
+            self.nblocks = first
             return
-        reorder(order)
-        self.lo[:, :n], self.hi[:, :n] = lo[:, order], hi[:, order]
+        reorder(order, at)
+        self.lo[:, at:n], self.hi[:, at:n] = lo[:, order], hi[:, order]
         self.nblocks = n // size
+        if self.nblocks > first:
+            self.runs.append(first)
         cut = self.nblocks * size
-        shape = (lo.shape[0], self.nblocks, size)
-        self.blo = self.lo[:, :cut].reshape(shape).min(axis=2)
-        self.bhi = self.hi[:, :cut].reshape(shape).max(axis=2)
+        shape = (lo.shape[0], self.nblocks - first, size)
+        new_lo, new_hi = self.lo[:, at:cut].reshape(shape), self.hi[:, at:cut].reshape(shape)
+        self.blo = np.hstack([self.blo[:, :first], new_lo.min(axis=2)])
+        self.bhi = np.hstack([self.bhi[:, :first], new_hi.max(axis=2)])
+        self.ilo = np.hstack([self.ilo[:, :first], new_lo.max(axis=2)])
+        self.ihi = np.hstack([self.ihi[:, :first], new_hi.min(axis=2)])
 
 
 def _tiled_order(lo: np.ndarray, hi: np.ndarray, size: int) -> np.ndarray | None:

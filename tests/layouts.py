@@ -1,6 +1,7 @@
 """Forest tuning constants shrunk so that a handful of entries takes every
 path the large sets take: broadcast child lists, chunked (query × child)
-matrices, sorted blocks with their tails, re-sorts and removals."""
+matrices, sorted blocks with their tails, re-sorts and removals, and the
+runs that inserts sort their tails into."""
 
 from __future__ import annotations
 
@@ -15,5 +16,15 @@ def lists(tiny: bool) -> AbstractContextManager:
     if not tiny:
         return nullcontext()
     return patch.multiple(
-        forest, WIDE=2, CHUNK=3, BLOCKED=4, BLOCK=2, FINITE_SHARE=0.2, SCAN_SHARE=0
+        forest,
+        WIDE=2,
+        CHUNK=3,
+        BLOCKED=4,
+        BLOCK=2,
+        FINITE_SHARE=0.2,
+        SCAN_SHARE=0,
+        FEW=3,
+        SETTLED=4,
+        RUN=2,
+        RATIO=2,
     )

@@ -229,8 +229,9 @@ BOXES = st.tuples(
 
 
 # Many numeric boxes under the tiny layout: the root sets grow past BLOCKED,
-# are sorted into blocks, lose entries from inside blocks and gain a tail,
-# and both queries, in both relations, are checked between the changes.
+# are sorted into blocks (by queries, and into runs by inserts), lose entries
+# from inside blocks and gain a tail, and both queries, in both relations,
+# and the forests' invariants are checked between the changes.
 @settings(max_examples=40, deadline=None, print_blob=True)
 @given(
     st.lists(
@@ -258,6 +259,7 @@ def test_long_root_lists_match_like_brute_force(steps, probes):
                 del profiles[slot]
             if i % 10 == 9 or i == len(steps) - 1:
                 _probe(df, subs, profiles, probes)
+                df.check_invariants()  # (inserts and removals through the blocks too)
 
 
 def _probe(df, subs, profiles, probes) -> None:
@@ -277,3 +279,31 @@ def _probe(df, subs, profiles, probes) -> None:
         if (c.covers(p) if cov else c.overlaps(p))
     }
     assert set(zip(qi.tolist(), slots.tolist(), strict=True)) == want
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_inserts_sort_long_root_lists_into_runs(seed):
+    """Inserts keep a long root list's tail short by sorting it into runs
+    of blocks (merged with the shorter runs before) and search the list
+    through the blocks; removals refill holes from the tail. The forest
+    must stay ordered and match like brute force throughout."""
+    import random
+
+    rng = random.Random(seed)
+    with layouts.lists(True):
+        df, subs, profiles, merged = DoubleForest(), {}, {}, False
+        for i in range(300):
+            x, y = rng.randint(0, 12), rng.randint(0, 12)
+            box = ((x, x + rng.randint(0, 6)), (y, y + rng.randint(0, 6)))
+            c = conj(_box_filter(box))
+            subs[df.add_subscription(i, [c], False, 0, OPEN)] = c
+            if rng.random() < 0.3:
+                slot = rng.choice(sorted(subs))
+                df.remove_subscription(slot)
+                del subs[slot]
+            mirror = df.sub_forest._wide.get(ROOT)
+            merged = merged or bool(mirror and len(mirror.runs) > 2)
+            if i % 50 == 49:
+                df.check_invariants()
+                _probe(df, subs, profiles, [(box, False)])
+        assert merged, "the root list was never kept in several runs"

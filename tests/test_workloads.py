@@ -117,3 +117,16 @@ def test_gen_command_writes_files(tmp_path) -> None:
 def test_gen_command_rejects_bad_sizes(tmp_path, capsys) -> None:
     assert tsm(["gen", "uniform", "--subscriptions", "-1", "--out-dir", str(tmp_path)]) == 2
     assert "must not be negative" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_bench_has_every_query(kind: str) -> None:
+    """Every workload gives the bench its query profiles and filters, even
+    when retracts (tracking) thin the profile records out."""
+    from benchmarks.bench_matcher import Plan, prepare
+
+    plan = Plan((kind,), (100, 3000), queries=2, deletes=10, budget_s=1.0, memory_upto=0)
+    data = prepare(kind, plan)
+    assert len(data.query_profiles) == plan.queries
+    assert len(data.query_filters) == plan.queries
+    assert len(data.profiles) == max(plan.sizes)
