@@ -599,7 +599,8 @@ def _around(
     n = lo.shape[1] if pos is None else len(pos)
     if n < FEW or not lo.shape[0]:
         if pos is not None:
-            lo, hi = lo.take(pos, axis=1), hi.take(pos, axis=1)
+            # (indexing, not take: take copies a strided view, a mirror's, whole first)
+            lo, hi = lo[:, pos], hi[:, pos]
         if inside:
             ok = a[:, None] <= lo
             ok &= hi <= b[:, None]
