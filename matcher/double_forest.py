@@ -182,8 +182,8 @@ class DoubleForest:
         a popular node is matched by many queries of a batch (2.1M entries
         from 17,000 node pairs but only 66,000 distinct entries, for 1000
         profiles at 100k nested), so each distinct node's slots are
-        gathered (and mapped) once, and a query's answer concatenates
-        its nodes' runs.
+        gathered (and mapped) once, and the pairs' runs are copied from
+        those in query order.
         """
         n = len(profiles)
         if not n or not len(self.sub_forest):
@@ -207,15 +207,15 @@ class DoubleForest:
         counts, slots = forest.entries.gather_counts(distinct, values=True)
         if slot_map is not None:
             slots = np.take(slot_map, slots.astype(np.intp))
-        ends = np.cumsum(counts).tolist()
-        runs = [slots[b - c : b] for b, c in zip(ends, counts.tolist(), strict=True)]
-        pairs = list(map(runs.__getitem__, which.tolist()))
-        bounds = np.searchsorted(qi, np.arange(n + 1)).tolist()
-        empty = slots[:0]
-        return [
-            np.concatenate(pairs[a:b]) if b > a else empty
-            for a, b in zip(bounds, bounds[1:], strict=False)
-        ]
+        # Every pair's run copied out in one gather whose offsets come from a
+        # repeat: concatenating 17,000 run slices per batch cost 1.5x more.
+        run = np.take(counts, which)
+        ends = np.cumsum(run)
+        offsets = np.repeat(np.take(np.cumsum(counts) - counts, which) - (ends - run), run)
+        offsets += np.arange(len(offsets))
+        found = np.take(slots, offsets)
+        cut = np.r_[0, ends][np.searchsorted(qi, np.arange(n + 1))].tolist()
+        return [found[a:b] for a, b in zip(cut, cut[1:], strict=False)]
 
     def _descend_profiles(self, profiles: list[Profile]) -> tuple[np.ndarray, ...]:
         """Every (profile index, subscription node) pair that overlaps, and covers."""

@@ -3,6 +3,7 @@ random insert/delete sequences, shared nodes, splicing."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -307,3 +308,20 @@ def test_inserts_sort_long_root_lists_into_runs(seed):
                 df.check_invariants()
                 _probe(df, subs, profiles, [(box, False)])
         assert merged, "the root list was never kept in several runs"
+
+
+def test_grouped_answers_of_popular_nodes() -> None:
+    """Nodes holding many equal subscriptions (the nested workload's popular
+    regions): grouped answers copy each pair's run of its node's slots, in
+    query order, mapped through the caller's slot map."""
+    df = DoubleForest()
+    for i in range(400):
+        lo = i % 5
+        df.add_subscription(i, [conj(_box_filter(((lo, lo + 4), (lo, 9 - lo))))], False, 0, OPEN)
+    queries = [Profile({"x": [x, x], "y": [y, y]}) for x in range(10) for y in range(10)]
+    qi, slots = df.match_profiles(queries, [(0, OPEN)] * len(queries))
+    keys = np.arange(400, dtype=np.int64) * 3 + 7
+    grouped = df.match_profiles_grouped(queries, [(0, OPEN)] * len(queries), keys)
+    want = [sorted(keys[slots[qi == q]].tolist()) for q in range(len(queries))]
+    assert [sorted(g.tolist()) for g in grouped] == want
+    assert any(want) and not all(want)
