@@ -127,16 +127,27 @@ FOREST = "double-forest"
 def _targets(rows: list[dict]) -> list[str]:
     """The issue's targets against this run's rows: the forest's ratio to
     each other contender, per workload and size where both were measured."""
+    # (workload None: every workload; the speed-ups over the scan and the
+    # R-tree are the issue's targets on the nested workload)
     wanted = (
-        ("match_profile_per_s", BASELINE, 100_000, "profiles/s vs brute force at 100k", 10.0),
-        ("match_profile_per_s", "r-tree", 100_000, "profiles/s vs R-tree at 100k", 2.0),
-        ("insert_per_s", "siena-poset", 10_000, "inserts/s vs Siena poset at 10k", 10.0),
-        ("delete_per_s", "siena-poset", 10_000, "deletes/s vs Siena poset at 10k", 10.0),
+        (
+            "match_profile_per_s",
+            BASELINE,
+            100_000,
+            "profiles/s vs brute force at 100k",
+            10.0,
+            "nested",
+        ),
+        ("match_profile_per_s", "r-tree", 100_000, "profiles/s vs R-tree at 100k", 2.0, "nested"),
+        ("insert_per_s", "siena-poset", 10_000, "inserts/s vs Siena poset at 10k", 10.0, None),
+        ("delete_per_s", "siena-poset", 10_000, "deletes/s vs Siena poset at 10k", 10.0, None),
     )
     lines = ["| target | workload | double-forest / other | met |", "|---|---|---:|---|"]
     by = {(r["workload"], r["size"], r["contender"]): r for r in rows}
-    for metric, other, size, label, target in wanted:
+    for metric, other, size, label, target, only in wanted:
         for kind in dict.fromkeys(r["workload"] for r in rows):
+            if only not in (None, kind):
+                continue
             mine, theirs = by.get((kind, size, FOREST), {}), by.get((kind, size, other), {})
             if mine.get(metric) and theirs.get(metric):
                 ratio = mine[metric] / theirs[metric]
@@ -153,9 +164,10 @@ def _targets(rows: list[dict]) -> list[str]:
         ratio, kind, size, m = min(worst)
         what = "profiles" if m == "match_profile_per_s" else "filters"
         met = "yes" if ratio >= 1 else "no"
+        slower = sum(r < 1 for r, *_ in worst)
         lines.append(
-            f"| never slower than brute force (lowest: {what}, {size:,}) | {kind} "
-            f"| {ratio:.2f}× | {met} |"
+            f"| never slower than brute force at matching (lowest: {what}, {size:,}; "
+            f"{slower} of {len(worst)} measurements below 1×) | {kind} | {ratio:.2f}× | {met} |"
         )
     return lines
 
