@@ -55,6 +55,13 @@ class Contender:
     def delete(self, key: int) -> None:
         self._subs.delete(key)
 
+    def settle_subscriptions(self) -> None:
+        """Finish the index work that the subscription inserts deferred (timed
+        with them); nothing for a structure that does it all on insert."""
+
+    def settle_profiles(self) -> None:
+        """The same after the profile inserts."""
+
     def match_profile(self, profile: Profile) -> Keys:
         """Keys of the filters that overlap `profile`."""
         return self._subs.match(profile)

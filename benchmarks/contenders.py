@@ -43,6 +43,12 @@ class Forest(Contender):
     def delete(self, key: int) -> None:
         self.df.remove_subscription(self.sub_slot.pop(key))
 
+    def settle_subscriptions(self) -> None:
+        self.df.sub_forest.settle()
+
+    def settle_profiles(self) -> None:
+        self.df.profile_forest.settle()
+
     def match_profile(self, profile: Profile) -> np.ndarray:
         return self.match_profiles([profile])[0]
 

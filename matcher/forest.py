@@ -107,6 +107,17 @@ class Forest:
     def node_of(self, entry: int) -> int:
         return self.entries.owner_of(entry)
 
+    def settle(self) -> None:
+        """Do now the index work that the next query would otherwise start
+        with: mirror every long child list and sort those that need it into
+        blocks. The last step of a bulk load, so that a load's cost is not
+        paid by its first batch of queries (1.7x the time of the next one
+        for 1000 filters against 100k nested profiles)."""
+        self._sync_columns()
+        for node in np.flatnonzero(self.children.count >= WIDE).tolist():
+            self._bounds_of_kids(node)
+            self._wide[node].blocks(lambda order, node=node: self.children.reorder(node, order))
+
     def roots(self) -> np.ndarray:
         return self.children.items(ROOT).copy()
 

@@ -129,4 +129,5 @@ def test_bench_has_every_query(kind: str) -> None:
     data = prepare(kind, plan)
     assert len(data.query_profiles) == plan.queries
     assert len(data.query_filters) == plan.queries
+    assert len(data.warm_profiles) == len(data.warm_filters) == plan.queries
     assert len(data.profiles) == max(plan.sizes)
