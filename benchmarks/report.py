@@ -186,6 +186,8 @@ def _readme(result: dict, json_path: Path, plots: list[str]) -> str:
         "(the forest matches micro-batches of profiles at once, the others loop); the",
         "ratio is against brute force at the same size. Every contender's answers were",
         "checked against brute force in the same run (before and after deletions).",
+        "Each contender first answers, untimed, a batch of other queries (warm-up), and",
+        "a side's insert rate includes the index work its inserts deferred.",
         "Memory is the Python heap that tracemalloc sees (numpy included; the R-tree's",
         "C++ nodes are not), from a separate build.",
         "",
