@@ -23,6 +23,7 @@ BROADCAST_CELLS = 4096  # ... if its (query × child) matrix has this many cells
 CHUNK = 1 << 18  # (query × child) matrix cells tested at once
 BLOCKED = 4096  # a child list this long is also indexed by sorted blocks
 BLOCK = 512  # children per block
+SPARSE = 8  # a (query × box) matrix under 1/8 true: the rest is tested pair by pair
 FEW = 4096  # boxes tested in one matrix op; more, column by column on the survivors
 SETTLED = 16384  # a child list this long is kept in blocks by inserts too
 RUN = 8  # blocks: an insert sorts the unsorted tail into a run of blocks this long
@@ -577,7 +578,7 @@ def _hits(lo, hi, qs, q_lo, q_hi, plan) -> tuple[np.ndarray, np.ndarray]:
         for start in range(0, len(qs), step):
             q = qs[start : start + step]
             tested = _constrained(q_lo, q_hi, q) if plan else range(lo.shape[0])
-            cells = np.flatnonzero(_meet_matrix(lo, hi, q, q_lo, q_hi, tested))
+            cells = _meet_cells(lo, hi, q, q_lo, q_hi, tested)
             rows.append(cells // n + start)
             cols.append(cells % n)
         return np.concatenate(rows), np.concatenate(cols)
@@ -589,7 +590,7 @@ def _hits(lo, hi, qs, q_lo, q_hi, plan) -> tuple[np.ndarray, np.ndarray]:
         tested = sig_cols[s[pos[0]]]
         for start in range(0, len(pos), step):
             p = pos[start : start + step]
-            cells = np.flatnonzero(_meet_matrix(lo, hi, qs[p], q_lo, q_hi, tested))
+            cells = _meet_cells(lo, hi, qs[p], q_lo, q_hi, tested)
             rows.append(p[cells // n])
             cols.append(cells % n)
     return np.concatenate(rows), np.concatenate(cols)
@@ -637,13 +638,27 @@ def _with_all(r: np.ndarray, k: np.ndarray, everywhere: np.ndarray, n: int):
     return pairs // n, pairs % n
 
 
-def _meet_matrix(lo, hi, q, q_lo, q_hi, tested) -> np.ndarray:
-    """(query × box): do the boxes meet on the `tested` columns."""
-    hit = np.ones((len(q), lo.shape[1]), dtype=bool)
-    for col in tested:
+def _meet_cells(lo, hi, q, q_lo, q_hi, tested) -> np.ndarray:
+    """The (query × box) cells, flat, whose boxes meet on the `tested`
+    columns: tested as a matrix while most cells pass, then pair by pair
+    on the survivors (a matrix would test the failed cells again)."""
+    n = lo.shape[1]
+    hit = np.ones((len(q), n), dtype=bool)
+    tested = list(tested)
+    for i, col in enumerate(tested):
         hit &= q_lo[col, q][:, None] <= hi[col]
         hit &= lo[col] <= q_hi[col, q][:, None]
-    return hit
+        if i + 1 < len(tested) and SPARSE * np.count_nonzero(hit) < hit.size:
+            break
+    else:
+        return np.flatnonzero(hit)
+    cells = np.flatnonzero(hit)
+    qq, kk = q[cells // n], cells % n
+    ok = np.ones(len(cells), dtype=bool)
+    for col in tested[i + 1 :]:
+        ok &= np.take(q_lo[col], qq) <= np.take(hi[col], kk)
+        ok &= np.take(lo[col], kk) <= np.take(q_hi[col], qq)
+    return cells[ok]
 
 
 def _constrained(q_lo: np.ndarray, q_hi: np.ndarray, qs: np.ndarray) -> list[int]:
