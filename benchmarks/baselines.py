@@ -30,6 +30,10 @@ Bounds = dict[int, tuple[float, float]]
 # them (a numpy array for the scans and the forest, a set for the poset and
 # the R-tree); the benchmark compares them as sets, outside the timing.
 Keys = Collection[int]
+# The array contenders' key type: the benchmark's keys are sequence numbers
+# (under 2**31 at 1M entries a side), and answers of millions of keys cost
+# their memory's writes, the same for every contender that makes arrays.
+KEY = np.int32
 
 
 def key_set(keys: Keys) -> set[int]:
@@ -107,7 +111,7 @@ class _Scan:
         self.n = 0
         self.lo = np.full((0, 16), fill[0])
         self.hi = np.full((0, 16), fill[1])
-        self.keys = np.zeros(16, dtype=np.int64)
+        self.keys = np.zeros(16, dtype=KEY)
         self.check = np.zeros(16, dtype=bool)
         self.items: list[Any] = []
         self.row_of: dict[int, int] = {}

@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from benchmarks.baselines import BruteForce, Contender, Keys, RTree, SienaPoset
+from benchmarks.baselines import KEY, BruteForce, Contender, Keys, RTree, SienaPoset
 from matcher.boxes import Dims
 from matcher.constraints import Conjunction
 from matcher.double_forest import DoubleForest
@@ -33,8 +33,8 @@ class Forest(Contender):
         self.profile_slot: dict[int, int] = {}
         # slot -> key, as arrays, so that answers are key arrays without a
         # Python loop per match (the scan's answer is `keys[rows]` too)
-        self.sub_keys = np.zeros(16, dtype=np.int64)
-        self.profile_keys = np.zeros(16, dtype=np.int64)
+        self.sub_keys = np.zeros(16, dtype=KEY)
+        self.profile_keys = np.zeros(16, dtype=KEY)
 
     def insert(self, key: int, conj: Conjunction) -> None:
         slot = self.sub_slot[key] = self.df.add_subscription(key, [conj], False, *ALWAYS)
@@ -72,7 +72,7 @@ class Forest(Contender):
 
 def _put(keys: np.ndarray, slot: int, key: int) -> np.ndarray:
     if slot >= len(keys):
-        keys = np.concatenate([keys, np.zeros(max(slot + 1, len(keys)), dtype=np.int64)])
+        keys = np.concatenate([keys, np.zeros(max(slot + 1, len(keys)), dtype=KEY)])
     keys[slot] = key
     return keys
 
@@ -80,7 +80,7 @@ def _put(keys: np.ndarray, slot: int, key: int) -> np.ndarray:
 def _group(n: int, qi: np.ndarray, slots: np.ndarray, keys: np.ndarray) -> list[np.ndarray]:
     """(query, slot) pairs, grouped by query, as one array of keys per query."""
     bounds = np.searchsorted(qi, np.arange(n + 1, dtype=qi.dtype)).tolist()
-    # (int32 indices into int64 keys take numpy's slow path: widen them first)
+    # (int32 indices take numpy's slow path: widen them first)
     found = np.take(keys, slots.astype(np.intp, copy=False))
     return [found[a:b] for a, b in zip(bounds, bounds[1:], strict=False)]
 
