@@ -15,6 +15,15 @@ from dataclasses import dataclass, fields
 # that caps the response size stalls on a backlog over ~100 MB (PLATFORM.md).
 MAX_RECEIVE_BYTES = 2147483647
 
+# What every producer of `tsm` sets unless the user's options say otherwise.
+# zstd: match records are repetitive JSON that it stores in about a seventh
+# (300k match records: 42 MB on the broker against 291 MB uncompressed), which
+# saves network and disk on any Kafka; on noida-db, which rewrites all of its
+# data after each burst of writes (CPU in proportion to what it holds: 3.8 s
+# for those 291 MB), it is most of the broker's CPU (PLATFORM.md). Consumers
+# decompress by themselves (librdkafka, Java; kafka-python with `zstandard`).
+PRODUCER_DEFAULTS: dict[str, object] = {"compression.type": "zstd"}
+
 # User options are written as in Spark's Kafka connector: `kafka.<librdkafka key>`.
 OPTION_PREFIX = "kafka."
 
@@ -82,16 +91,19 @@ def confluent_config(
     bootstrap: str,
     options: Mapping[str, str] | None = None,
     required: Mapping[str, object] | None = None,
+    defaults: Mapping[str, object] | None = None,
 ) -> dict[str, object]:
     """Configuration for a confluent-kafka client.
 
-    Precedence, lowest first: the defaults the broker needs, the user's
-    `kafka.*` options, then `required`: settings the caller's correctness
-    depends on, such as `enable.idempotence` or `isolation.level`.
+    Precedence, lowest first: the defaults the broker needs and `defaults`
+    (such as `PRODUCER_DEFAULTS`), the user's `kafka.*` options, then
+    `required`: settings the caller's correctness depends on, such as
+    `enable.idempotence` or `isolation.level`.
     """
     config: dict[str, object] = {
         "bootstrap.servers": bootstrap,
         "receive.message.max.bytes": MAX_RECEIVE_BYTES,
+        **(defaults or {}),
     }
     config.update(kafka_options(options))
     config.update(required or {})

@@ -13,7 +13,7 @@ import sys
 import time
 from collections.abc import Callable, Iterable, Mapping
 
-from connectors.config import confluent_config
+from connectors.config import PRODUCER_DEFAULTS, confluent_config
 
 
 class ProduceError(RuntimeError):
@@ -65,6 +65,7 @@ def produce_lines(
                 # A key gets the partition Java clients would give it.
                 "partitioner": "murmur2_random",
             },
+            defaults=PRODUCER_DEFAULTS,
         )
     )
     failures: list[str] = []
