@@ -380,6 +380,10 @@ class Size:
     inputs: dict[str, str]
     configs: dict[str, Any]
 
+    def topics(self) -> list[str]:
+        outputs = [(c.topics.matches, c.topics.deadletter) for c in self.configs.values()]
+        return [*self.inputs.values(), *(t for pair in outputs for t in pair)]
+
 
 def prepare(bootstrap: str, work: Path, n: int, plan: Plan) -> Size:
     from connectors.admin import create_topics
@@ -403,6 +407,7 @@ def prepare(bootstrap: str, work: Path, n: int, plan: Plan) -> Size:
 
 def run_size(spark: SparkSession, bootstrap: str, work: Path, plan: Plan, n: int) -> dict:
     """Load, backlog and (full run) latency phases of every contender at `n` subscriptions."""
+    from connectors.admin import delete_topics
     from connectors.produce import produce_lines
 
     _log(f"{n:,} subscriptions: generating the workload")
@@ -454,6 +459,9 @@ def run_size(spark: SparkSession, bootstrap: str, work: Path, plan: Plan, n: int
     _log(f"{n:,}: agreement product vs native join: {check or 'same pairs'}")
     if plan.trickle_per_s:
         latency(spark, bootstrap, size, profiles, results, plan)
+    # The broker rewrites all it holds after writes: what this size wrote must not
+    # tax the next one's contenders.
+    delete_topics(bootstrap, size.topics())
     return {
         "size": n,
         "agreement": check or "same pairs",

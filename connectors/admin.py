@@ -8,7 +8,7 @@ old event times, so every topic gets `retention.ms=-1` (PLATFORM.md).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from connectors.config import SINK_COMMITS_TOPIC, Topics, confluent_config
 
@@ -68,6 +68,26 @@ def create_topics(
                 raise
             created[name] = False
     return created
+
+
+def delete_topics(
+    bootstrap: str,
+    names: Iterable[str],
+    options: Mapping[str, str] | None = None,
+    timeout: float = 15.0,
+) -> None:
+    """Delete the topics `names` and their records; one that does not exist is no error."""
+    from confluent_kafka import KafkaError, KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient(confluent_config(bootstrap, options))
+    futures = admin.delete_topics(list(names), operation_timeout=timeout, request_timeout=timeout)
+    for future in futures.values():
+        try:
+            future.result()
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError.UNKNOWN_TOPIC_OR_PART:
+                raise
 
 
 def create_tsm_topics(
