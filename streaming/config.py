@@ -19,8 +19,8 @@ defaults), `[sharding.<space>]` (SEMANTICS §8 grid of a hot space) and
     subscriptions = "tsm.subscriptions"
 
     [sharding.vehicles]
-    attr = "lat"
-    ...                                 # the fields of matcher.sharding.ShardSpec
+    attribute = "lat"
+    cuts = [-30.0, 0.0, 30.0]           # or width, cells (and origin): an even grid
 """
 
 from __future__ import annotations
