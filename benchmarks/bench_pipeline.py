@@ -793,8 +793,11 @@ def _section(result: dict, json_path: Path, plot: str) -> str:
                 else "latency: not measured by `--quick`."
             ),
             "The product's `match` pairs and the native join's pairs are compared in the same",
-            "run, on the profiles both read. Embedded broker, `local[2]`, on a shared machine:",
-            "the load of other jobs changes every number here by a large factor.",
+            "run, on the profiles both read; each contender's output topic is read and emptied",
+            "after its backlog (the embedded broker rewrites all it holds after writes, so one",
+            "contender's output would slow the next). Producers write zstd batches. Embedded",
+            "broker, `local[2]`, on a shared machine: the load of other jobs changes every",
+            "number here by a large factor.",
             "",
             "Reproduce (from the repository root):",
             "",
