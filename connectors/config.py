@@ -23,6 +23,14 @@ MAX_RECEIVE_BYTES = 2147483647
 # for those 291 MB), it is most of the broker's CPU (PLATFORM.md). Consumers
 # decompress by themselves (librdkafka, Java; kafka-python with `zstandard`).
 PRODUCER_DEFAULTS: dict[str, object] = {"compression.type": "zstd"}
+# What every producer of `tsm` needs whatever the user's options say: no retry
+# duplicates, in order per partition, and the partition a key gets from Java
+# clients (and Spark's own sink): murmur2.
+PRODUCER_REQUIRED: dict[str, object] = {
+    "enable.idempotence": True,
+    "acks": "all",
+    "partitioner": "murmur2_random",
+}
 
 # User options are written as in Spark's Kafka connector: `kafka.<librdkafka key>`.
 OPTION_PREFIX = "kafka."
@@ -91,23 +99,26 @@ def confluent_config(
     bootstrap: str,
     options: Mapping[str, str] | None = None,
     required: Mapping[str, object] | None = None,
-    defaults: Mapping[str, object] | None = None,
 ) -> dict[str, object]:
     """Configuration for a confluent-kafka client.
 
-    Precedence, lowest first: the defaults the broker needs and `defaults`
-    (such as `PRODUCER_DEFAULTS`), the user's `kafka.*` options, then
-    `required`: settings the caller's correctness depends on, such as
-    `enable.idempotence` or `isolation.level`.
+    Precedence, lowest first: the defaults the broker needs, the user's
+    `kafka.*` options, then `required`: settings the caller's correctness
+    depends on, such as `enable.idempotence` or `isolation.level`.
     """
     config: dict[str, object] = {
         "bootstrap.servers": bootstrap,
         "receive.message.max.bytes": MAX_RECEIVE_BYTES,
-        **(defaults or {}),
     }
     config.update(kafka_options(options))
     config.update(required or {})
     return config
+
+
+def producer_config(config: Mapping[str, object]) -> dict[str, object]:
+    """A client configuration (`confluent_config`, the user's options in it) made a
+    `tsm` producer's: `PRODUCER_DEFAULTS` under it, `PRODUCER_REQUIRED` over it."""
+    return {**PRODUCER_DEFAULTS, **config, **PRODUCER_REQUIRED}
 
 
 def kafka_python_config(

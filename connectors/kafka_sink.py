@@ -52,7 +52,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame, Row
 
-from connectors.config import PRODUCER_DEFAULTS, SINK_COMMITS_TOPIC, confluent_config
+from connectors.config import SINK_COMMITS_TOPIC, confluent_config, producer_config
 
 SINK_COLUMNS = "topic string, key binary, value binary"
 # The same records packed: a row holds a run of records of one topic, in order
@@ -226,23 +226,11 @@ def _produce_all(producer, batches: Iterator[pa.RecordBatch], deliveries: _Deliv
     return count
 
 
-def _producer_config(config: Mapping[str, object]) -> dict[str, object]:
-    # `config` holds the user's options, which override the producer defaults.
-    # murmur2: a key gets the partition Java clients (and Spark's own sink) give it.
-    return {
-        **PRODUCER_DEFAULTS,
-        **config,
-        "enable.idempotence": True,
-        "acks": "all",
-        "partitioner": "murmur2_random",
-    }
-
-
 def write_idempotent(config: Mapping[str, object], batches: Iterator[pa.RecordBatch]) -> int:
     """Produce every row and wait for all acknowledgements; raise if any failed."""
     from confluent_kafka import KafkaException, Producer
 
-    producer = Producer(_producer_config(config))
+    producer = Producer(producer_config(config))
     deliveries = _Deliveries()
     try:
         count = _produce_all(producer, batches, deliveries)
@@ -273,7 +261,7 @@ def write_exactly_once(
 
     anchor = TopicPartition(SINK_COMMITS_TOPIC, 0)
     producer = Producer(
-        {**_producer_config(config), "transactional.id": f"tsm-sink.{query_name}.{partition}"}
+        {**producer_config(config), "transactional.id": f"tsm-sink.{query_name}.{partition}"}
     )
     marker = Consumer(
         {

@@ -13,7 +13,7 @@ import sys
 import time
 from collections.abc import Callable, Iterable, Mapping
 
-from connectors.config import PRODUCER_DEFAULTS, confluent_config
+from connectors.config import confluent_config, producer_config
 
 
 class ProduceError(RuntimeError):
@@ -55,18 +55,7 @@ def produce_lines(
     from confluent_kafka import Producer
 
     producer = Producer(
-        confluent_config(
-            bootstrap,
-            options,
-            required={
-                "enable.idempotence": True,
-                "acks": "all",
-                "linger.ms": 20,
-                # A key gets the partition Java clients would give it.
-                "partitioner": "murmur2_random",
-            },
-            defaults=PRODUCER_DEFAULTS,
-        )
+        producer_config(confluent_config(bootstrap, options, required={"linger.ms": 20}))
     )
     failures: list[str] = []
     acked = 0
