@@ -445,7 +445,7 @@ class Forest:
             pq = np.repeat(b_q, size)
             pos = (b_k[:, None] * size + np.arange(size)).ravel()
             acc = np.take(inherit, pq)
-            ok = acc | self._meets(q_lo, q_hi, pq, pos, mirror.lo, mirror.hi, ~acc)
+            ok = acc | self._meets(q_lo, q_hi, np.take(qs, pq), pos, mirror.lo, mirror.hi, ~acc)
             rows.append(pq[ok])
             cols.append(pos[ok])
         elif blocks:

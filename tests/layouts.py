@@ -18,6 +18,7 @@ def lists(tiny: bool) -> AbstractContextManager:
     return patch.multiple(
         forest,
         WIDE=2,
+        BROADCAST_CELLS=4,
         CHUNK=3,
         INDEXED=3,
         SMALL_BLOCK=1,

@@ -282,6 +282,28 @@ def _probe(df, subs, profiles, probes) -> None:
     assert set(zip(qi.tolist(), slots.tolist(), strict=True)) == want
 
 
+# Regions inside regions under the tiny layout: each region's child list is
+# cut into small blocks, and only some profiles of a batch reach it (the
+# others fall in other regions), so a list sees a subset of the queries.
+@settings(max_examples=60, deadline=None, print_blob=True)
+@given(
+    st.lists(st.tuples(st.integers(0, 3), BOXES), min_size=4, max_size=40),
+    st.lists(st.tuples(st.integers(0, 66), st.integers(0, 20)), min_size=2, max_size=16),
+)
+def test_region_child_lists_match_like_brute_force(children, points):
+    with layouts.lists(True):
+        df, subs = DoubleForest(), {}
+        boxes = [(p, ((0, 18), (0, 18))) for p in range(4)] + children
+        for i, (region, ((x0, x1), y)) in enumerate(boxes):
+            c = conj(_box_filter(((x0 + 16 * region, x1 + 16 * region), y)))
+            subs[df.add_subscription(i, [c], False, 0, OPEN)] = c
+        df.check_invariants()
+        queries = [Profile({"x": [x, x], "y": [y, y]}) for x, y in points]
+        want = {(q, s) for q, p in enumerate(queries) for s, c in subs.items() if c.overlaps(p)}
+        qi, slots = df.match_profiles(queries, [(0, OPEN)] * len(queries))
+        assert set(zip(qi.tolist(), slots.tolist(), strict=True)) == want
+
+
 @pytest.mark.parametrize("seed", range(4))
 def test_inserts_sort_long_root_lists_into_runs(seed):
     """Inserts keep a long root list's tail short by sorting it into runs
