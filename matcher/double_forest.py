@@ -54,12 +54,7 @@ class DoubleForest:
         self.dims = Dims()
         # Subscription entries carry their subscription slot in the store.
         self.sub_forest = Forest(
-            self.dims,
-            FILTER_FILL,
-            Conjunction.covers_filter,
-            entry_values=True,
-            box_order=True,
-            small_blocks=True,
+            self.dims, FILTER_FILL, Conjunction.covers_filter, entry_values=True, box_order=True
         )
         self.profile_forest = Forest(self.dims, PROFILE_FILL, Profile.covers)
         self.subs = _Slots()

@@ -21,16 +21,8 @@ ROOT = 0  # the list id of the root set; node ids start at 1
 WIDE = 32  # a child list this long is tested by broadcasting
 BROADCAST_CELLS = 4096  # ... if its (query × child) matrix has this many cells
 CHUNK = 1 << 18  # (query × child) matrix cells tested at once
-# Child lists indexed by sorted blocks: from INDEXED to SMALL_UPTO children,
-# blocks of SMALL_BLOCK whose children are tested pair by pair; from BLOCKED
-# on, blocks of BLOCK, each tested as a (query × child) matrix. (Measured:
-# nested regions' lists of 100-1,350 children matched 25% faster in small
-# blocks; a 3,339-root list of tracking areas, 20% slower than one matrix.)
-INDEXED = 128
-SMALL_BLOCK = 16
-SMALL_UPTO = 2048
-BLOCKED = 4096
-BLOCK = 512
+BLOCKED = 4096  # a child list this long is also indexed by sorted blocks
+BLOCK = 512  # children per block
 SPARSE = 8  # a (query × box) matrix under 1/8 true: the rest is tested pair by pair
 FEW = 4096  # boxes tested in one matrix op; more, column by column on the survivors
 SETTLED = 16384  # a child list this long is kept in blocks by inserts too
@@ -53,7 +45,6 @@ class Forest:
         covers: Callable,
         entry_values: bool = False,
         box_order: bool = False,
-        small_blocks: bool = False,
     ) -> None:
         self.dims = dims
         self.fill = fill
@@ -62,11 +53,6 @@ class Forest:
         # covering is box containment, and `covers` need not be asked. (Not
         # profiles: one without an attribute is not covered by one with it.)
         self.box_order = box_order
-        # Whether mid-length child lists are cut into small blocks, whose
-        # candidates are tested pair by pair on every column: that pays for
-        # profile queries, not for filter queries (tested as matrices on just
-        # the columns they constrain, which pairs would not save).
-        self.small = small_blocks
         # Column-major: one contiguous row of bounds per column, so a level's
         # candidate pairs are tested column by column with `np.take` (a
         # row-major gather and `all(axis=1)` cost several times more).
@@ -223,7 +209,7 @@ class Forest:
         if mirror is None:
             if len(kids) < WIDE:
                 return kids, self.lo.take(kids, axis=1), self.hi.take(kids, axis=1)
-            mirror = self._wide[node] = _Mirror(self.lo[:, kids], self.hi[:, kids], self.small)
+            mirror = self._wide[node] = _Mirror(self.lo[:, kids], self.hi[:, kids])
         return kids, mirror.lo[:, : mirror.n], mirror.hi[:, : mirror.n]
 
     def _contains(self, node: int, parent: int) -> np.ndarray:
@@ -438,17 +424,7 @@ class Forest:
                 b_q, b_k = _with_all(b_q, b_k, np.flatnonzero(inherit), blocks)
             if len(b_q) * SCAN_SHARE > len(qs) * blocks:
                 blocks = 0  # the blocks hardly prune for these queries: one scan costs less
-        if blocks and mirror.block < BLOCK:
-            # Small blocks: every child of a met block is a candidate pair,
-            # all tested at once (a call per block would cost more than its test).
-            size = mirror.block
-            pq = np.repeat(b_q, size)
-            pos = (b_k[:, None] * size + np.arange(size)).ravel()
-            acc = np.take(inherit, pq)
-            ok = acc | self._meets(q_lo, q_hi, np.take(qs, pq), pos, mirror.lo, mirror.hi, ~acc)
-            rows.append(pq[ok])
-            cols.append(pos[ok])
-        elif blocks:
+        if blocks:
             size = mirror.block
             order = np.argsort(b_k, kind="stable")
             b_q, b_k = b_q[order], b_k[order]
@@ -702,9 +678,8 @@ def _column_plan(q_lo: np.ndarray, q_hi: np.ndarray) -> tuple[np.ndarray, list[l
 class _Mirror:
     """Contiguous bounds of one child list, in the list's own order.
 
-    A list of at least INDEXED children is also cut into blocks of `block`
-    children (SMALL_BLOCK, or BLOCK once it has BLOCKED children, as of its
-    last whole sort) in Sort-Tile-Recursive order, with each block's bounding box
+    A list of at least BLOCKED children is also cut into blocks of `block`
+    children in Sort-Tile-Recursive order, with each block's bounding box
     (the min of its lows, the max of its highs), so a query skips the
     blocks it misses. Children appended since the last sort
     form an unsorted tail that every query scans; when it outgrows an eighth
@@ -735,12 +710,10 @@ class _Mirror:
         "block",
         "tried",
         "widened",
-        "indexed",
     )
 
-    def __init__(self, lo: np.ndarray, hi: np.ndarray, small: bool) -> None:
+    def __init__(self, lo: np.ndarray, hi: np.ndarray) -> None:
         self.n = lo.shape[1]
-        self.indexed = INDEXED if small else BLOCKED
         cap = max(2 * self.n, 64)
         self.lo = np.empty((lo.shape[0], cap))
         self.hi = np.empty((lo.shape[0], cap))
@@ -799,11 +772,8 @@ class _Mirror:
         tail = self.n - self.nblocks * size
         if self.n < SETTLED or tail < RUN * size or self.n - self.tried < RUN * size:
             return
-        # (small blocks, from when the list was short: all sorted anew into large ones)
-        first = self.nblocks if size == BLOCK else 0
-        while (
-            first and self.runs and (first - self.runs[-1]) * size < RATIO * (self.n - first * size)
-        ):
+        first = self.nblocks
+        while self.runs and (first - self.runs[-1]) * size < RATIO * (self.n - first * size):
             first = self.runs.pop()
         self._sort_from(first, reorder)
         self.tried = self.n  # (no sortable column: not tried again until it grows)
@@ -824,7 +794,7 @@ class _Mirror:
         """How many leading blocks are indexed, sorting the list again first
         (through `reorder`, which permutes the child list to match) when
         the unsorted tail has grown too long."""
-        if self.n < self.indexed or SMALL_UPTO <= self.n < BLOCKED:
+        if self.n < BLOCKED:
             self.nblocks = 0
             return 0
         grown = max(self.block, self.n // 8)
@@ -842,8 +812,6 @@ class _Mirror:
         """Sort the children from block `first` on into blocks (the rest of
         a block stays tail), through `reorder(order, at)`, which permutes
         the child list from position `at` to match."""
-        if not first:
-            self.block = BLOCK if self.n >= BLOCKED else SMALL_BLOCK
         n, size, at = self.n, self.block, first * self.block
         lo, hi = self.lo[:, at:n], self.hi[:, at:n]
         order = _tiled_order(lo, hi, size)

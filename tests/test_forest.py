@@ -283,8 +283,9 @@ def _probe(df, subs, profiles, probes) -> None:
 
 
 # Regions inside regions under the tiny layout: each region's child list is
-# cut into small blocks, and only some profiles of a batch reach it (the
-# others fall in other regions), so a list sees a subset of the queries.
+# broadcast (and cut into blocks once long enough), and only some profiles
+# of a batch reach it (the others fall in other regions), so a list is
+# tested against a subset of the batch.
 @settings(max_examples=60, deadline=None, print_blob=True)
 @given(
     st.lists(st.tuples(st.integers(0, 3), BOXES), min_size=4, max_size=40),
