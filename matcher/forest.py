@@ -23,7 +23,8 @@ BROADCAST_CELLS = 4096  # ... if its (query × child) matrix has this many cells
 CHUNK = 1 << 18  # (query × child) matrix cells tested at once
 BLOCKED = 4096  # a child list this long is also indexed by sorted blocks
 BLOCK = 512  # children per block
-SPARSE = 8  # a (query × box) matrix under 1/8 true: the rest is tested pair by pair
+SPARSE = 32  # a (query × box) matrix under 1/32 true: the rest is tested pair by pair
+# (a pair costs 4 gathers a column, about what 20-30 cells of a matrix cost)
 FEW = 4096  # boxes tested in one matrix op; more, column by column on the survivors
 SETTLED = 16384  # a child list this long is kept in blocks by inserts too
 RUN = 8  # blocks: an insert sorts the unsorted tail into a run of blocks this long
