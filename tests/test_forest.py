@@ -299,10 +299,7 @@ def test_region_child_lists_match_like_brute_force(children, points):
             c = conj(_box_filter(((x0 + 16 * region, x1 + 16 * region), y)))
             subs[df.add_subscription(i, [c], False, 0, OPEN)] = c
         df.check_invariants()
-        queries = [Profile({"x": [x, x], "y": [y, y]}) for x, y in points]
-        want = {(q, s) for q, p in enumerate(queries) for s, c in subs.items() if c.overlaps(p)}
-        qi, slots = df.match_profiles(queries, [(0, OPEN)] * len(queries))
-        assert set(zip(qi.tolist(), slots.tolist(), strict=True)) == want
+        _probe(df, subs, {}, [(((x, x), (y, y)), False) for x, y in points])
 
 
 @pytest.mark.parametrize("seed", range(4))
