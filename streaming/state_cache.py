@@ -14,23 +14,40 @@ A miss rebuilds the matcher from its snapshot, so the snapshot's codec is
 here too: `SpaceMatcher.dump`'s pickle, but with the held records and their
 filters (slots dataclasses, whose default pickling looks up the dataclass
 fields once per object) reduced to one constructor call each: about half the
-time to load. `load_snapshot` reads either form.
+time to load. The pickle is then zstd-compressed, so that RocksDB and the
+checkpoint's change log hold a quarter of it: a 100k-subscription snapshot
+shrinks from 102 MB to 25 MB for 0.2 s more to write; a rebuild reads it
+from the store in 0.5-1.0 s instead of 1.1-1.9 s and spends about that
+saving on decompressing it (pipeline benchmark, every batch a miss). Both
+directions run with the cyclic GC off (the processor's input path has it
+off already; its timer path did not): unpickling allocates millions of
+objects, and the full collections they trigger took load from 0.9 s to
+4.4-8 s (dump from 1.9 s to 3.2-4.7 s) at that size. `load_snapshot` reads
+every form written before.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copyreg
 import dataclasses
+import gc
 import io
 import pickle
 from collections import OrderedDict
+from collections.abc import Iterator
 from operator import attrgetter
 from typing import Any
+
+import zstandard
 
 from matcher.constraints import Atom, Conjunction, Constraint
 from matcher.engine import Held, SpaceMatcher
 from matcher.profiles import Profile
 from matcher.records import Publish, Retract, Source, Subscribe, Unsubscribe
+
+ZSTD_LEVEL = 1  # level 3 saves 2% more at 1.7x the time
+_ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"  # a zstd frame; a pickle starts with b"\x80"
 
 # Matchers kept per worker process; the least recently used goes first.
 MAX_ENTRIES = 512
@@ -91,13 +108,29 @@ class _SnapshotPickler(pickle.Pickler):
         return NotImplemented
 
 
+@contextlib.contextmanager
+def _gc_off() -> Iterator[None]:
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def dump_snapshot(matcher: SpaceMatcher) -> bytes:
-    """The matcher as a snapshot blob (what `SpaceMatcher.dump` holds, faster to load)."""
+    """The matcher as a snapshot blob (what `SpaceMatcher.dump` holds, faster to
+    load, compressed)."""
     out = io.BytesIO()
-    _SnapshotPickler(out, protocol=pickle.HIGHEST_PROTOCOL).dump(matcher)
-    return out.getvalue()
+    with _gc_off():
+        _SnapshotPickler(out, protocol=pickle.HIGHEST_PROTOCOL).dump(matcher)
+    return zstandard.ZstdCompressor(level=ZSTD_LEVEL).compress(out.getbuffer())
 
 
 def load_snapshot(blob: bytes) -> SpaceMatcher:
-    """A matcher from `dump_snapshot` or `SpaceMatcher.dump`."""
-    return SpaceMatcher.load(blob)
+    """A matcher from `dump_snapshot` or `SpaceMatcher.dump` (compressed or not)."""
+    if blob[:4] == _ZSTD_MAGIC:
+        blob = zstandard.ZstdDecompressor().decompress(blob)
+    with _gc_off():
+        return SpaceMatcher.load(blob)

@@ -8,6 +8,7 @@ import json
 
 import pyarrow as pa
 import pytest
+import zstandard
 
 from benchmarks.workloads import generate
 from connectors.kafka_sink import PACK_SIZE, pack
@@ -32,8 +33,10 @@ def test_snapshot_loads_back_to_a_matcher_that_matches_the_same():
     assert copy.subs.keys() == matcher.subs.keys()
     assert copy.profiles.keys() == matcher.profiles.keys()
     assert copy.subs["s7"] == matcher.subs["s7"]
-    # the old form (SpaceMatcher.dump) still loads
+    # the old forms still load: SpaceMatcher.dump, and snapshots before compression
     assert load_snapshot(matcher.dump()).subs.keys() == matcher.subs.keys()
+    plain = zstandard.ZstdDecompressor().decompress(dump_snapshot(matcher))
+    assert load_snapshot(plain).profiles.keys() == matcher.profiles.keys()
     rest = _records("profile", profiles[100:], "p")
     assert copy.apply_batch(rest) == matcher.apply_batch(rest)
     assert copy.drain_changes() == matcher.drain_changes()
