@@ -146,7 +146,7 @@ class DoubleForest:
     ) -> tuple[np.ndarray, np.ndarray]:
         """Profiles (held or not) against the subscriptions: (query index, sub slot).
 
-        Pairs come out grouped by query index.
+        Pairs come out sorted by query index.
         """
         if not profiles or not len(self.sub_forest):
             empty = np.zeros(0, dtype=np.int64)
@@ -233,7 +233,7 @@ class DoubleForest:
         self, queries: list[tuple[list[Conjunction], bool, float, float]]
     ) -> tuple[np.ndarray, np.ndarray]:
         """Subscriptions (held or not: conjunctions, covers?, from, to) against
-        the held profiles: (query index, profile slot), grouped by query index."""
+        the held profiles: (query index, profile slot), sorted by query index."""
         conjs = [c for conjunctions, *_ in queries for c in conjunctions]
         if not conjs or not len(self.profile_forest):
             empty = np.zeros(0, dtype=np.int64)

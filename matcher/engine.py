@@ -11,17 +11,19 @@ directly from its stateful operator, `tsm replay` drives `Engine`.
 
 from __future__ import annotations
 
-import hashlib
+import contextlib
 import heapq
-import json
 import math
 import pickle
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from matcher.double_forest import DoubleForest
 from matcher.errors import RecordError
+from matcher.events import event_dict
 from matcher.records import (
     OPEN,
     Publish,
@@ -36,28 +38,9 @@ from matcher.records import (
 )
 from matcher.sharding import Sharding, ShardSpec, span_of
 
-MATCH_FIELDS = (
-    "event",
-    "reason",
-    "match_id",
-    "space",
-    "subscription_id",
-    "subscriber",
-    "profile_id",
-    "relation",
-    "valid_from",
-    "valid_to",
-    "ts",
-    "payload",
-)
-
-
-def encode(value: dict[str, Any]) -> bytes:
-    """The one serialization of output records: compact JSON, UTF-8."""
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
-
-
-_sha256 = hashlib.sha256
+# An event keyed by the id of the pair's other side (the profile of a
+# subscription's events, and the reverse): its rank among one record's events.
+Keyed = tuple[str, Any]
 
 
 def _runs(records: list[Record]) -> Iterator[tuple[int, int]]:
@@ -69,12 +52,6 @@ def _runs(records: list[Record]) -> Iterator[tuple[int, int]]:
             end += 1
         yield start, end
         start = end
-
-
-def match_id(space: str, sid: str, sver: str, pid: str, pver: str, event: str) -> str:
-    """Deterministic digest so a consumer can drop duplicates after a restart (§6)."""
-    text = "\x1f".join((space, sid, sver, pid, pver, event))
-    return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
 @dataclass(slots=True)
@@ -97,7 +74,14 @@ def holds(sub: Subscribe, pub: Publish) -> bool:
 
 
 class SpaceMatcher:
-    """One state key's DoubleForest and the change events of its pairs."""
+    """One state key's DoubleForest and the change events of its pairs.
+
+    An event is a dict of `matcher.events.MATCH_FIELDS`, or whatever the
+    writer given to `writing` makes of the pair (the job: the output record's
+    bytes); the engine never reads an event back."""
+
+    _writer: Callable[..., Any] | None = None
+    _drops = 0  # held records dropped so far: prefetched answers are current while it stays
 
     def __init__(
         self, space: str, key: str | None = None, shard: tuple[ShardSpec, int] | None = None
@@ -110,9 +94,9 @@ class SpaceMatcher:
         self.profiles: dict[str, Held] = {}
         self._expiry: list[tuple[float, int, str, str]] = []
         self._changes: list[tuple[str, str, Subscribe | Publish | None]] = []
-        # id(record) -> (record, the other side's held items it holds with),
-        # asked of the forest for a whole run of records at once
-        self._prefetched: dict[int, tuple[Record, dict[str, Held]]] = {}
+        # id(record) -> (record, the other side's held items it holds with,
+        # `_drops` then), asked of the forest for a whole run of records at once
+        self._prefetched: dict[int, tuple[Record, dict[str, Held], int]] = {}
 
     # -- state --------------------------------------------------------------
 
@@ -132,7 +116,19 @@ class SpaceMatcher:
         return pickle.loads(blob)
 
     def __getstate__(self):
-        return {**self.__dict__, "_changes": [], "_prefetched": {}}
+        state = {**self.__dict__, "_changes": [], "_prefetched": {}}
+        state.pop("_writer", None)
+        return state
+
+    @contextlib.contextmanager
+    def writing(self, writer: Callable[[str, str, Held, Held, int], Any]) -> Iterator[None]:
+        """Within, events are `writer(event, reason, sub, prof, ts)` instead of
+        dicts (`matcher.events.MatchWriter`: the output records themselves)."""
+        self._writer = writer
+        try:
+            yield
+        finally:
+            del self._writer
 
     def __setstate__(self, state):
         self.__dict__.update(state)
@@ -150,11 +146,11 @@ class SpaceMatcher:
 
     # -- changes ------------------------------------------------------------
 
-    def apply(self, record: Record) -> list[dict[str, Any]]:
+    def apply(self, record: Record) -> list[Any]:
         """Evict what expired before the record's ts, then apply it."""
-        return self.expire(record.ts) + self._events(record)
+        return self.expire(record.ts) + [e for _, e in self._events(record)]
 
-    def expire(self, until: float) -> list[dict[str, Any]]:
+    def expire(self, until: float) -> list[Any]:
         """Evict everything whose valid_to is before `until`; `unmatch`/`expired`."""
         return [event for _, event in self.expire_ranked(until)]
 
@@ -168,20 +164,20 @@ class SpaceMatcher:
         if record is not None:
             self._store(table, kind, self._hold(record))
 
-    def apply_batch(self, records: list[Record]) -> list[dict[str, Any]]:
+    def apply_batch(self, records: list[Record]) -> list[Any]:
         """Apply records in order, matching each run of consecutive records
         of one kind as one batch against the forest (the other side does not
         change within such a run, except for expiries, which are honoured).
 
         `apply_batch_ranked` without the ranks: the job's path, where a batch
         of profiles makes tens of events per profile, none of them ranked."""
-        out: list[dict[str, Any]] = []
+        out: list[Any] = []
         for start, end in _runs(records):
             self._prefetch(records[start:end])
             for record in records[start:end]:
                 if self._expiry and self._expiry[0][0] < record.ts:
                     out += self.expire(record.ts)
-                out += self._events(record)
+                out += [e for _, e in self._events(record)]
             self._prefetched.clear()
         return out
 
@@ -222,30 +218,31 @@ class SpaceMatcher:
                 [r.profile for r in queries], [(r.valid_from, r.valid_to) for r in queries]
             )
             table, handles = self.subs, self.forest.subs.handles
-        found: list[dict[str, Held]] = [{} for _ in queries]
-        for q, slot in zip(qi.tolist(), slots.tolist(), strict=True):
-            other = handles[slot]
-            found[q][other] = table[other]
-        for record, held in zip(queries, found, strict=True):
-            self._prefetched[id(record)] = (record, held)
+        # (pairs come grouped by query: each query's dict is made from its slice)
+        ids = list(map(handles.__getitem__, slots.tolist()))
+        helds = list(map(table.__getitem__, ids))
+        cut = np.searchsorted(qi, np.arange(len(queries) + 1)).tolist()
+        for q, record in enumerate(queries):
+            a, b = cut[q], cut[q + 1]
+            found = dict(zip(ids[a:b], helds[a:b], strict=True))
+            self._prefetched[id(record)] = (record, found, self._drops)
 
     def _prefetched_for(self, record: Record, table: dict[str, Held]) -> dict[str, Held] | None:
         """The prefetched answer for a record, less what has expired since."""
         hit = self._prefetched.get(id(record))
         if hit is None or hit[0] is not record:
             return None
+        if hit[2] == self._drops:  # nothing dropped since: all of it is current
+            return hit[1]
         return {k: h for k, h in hit[1].items() if table.get(k) is h}
 
     def apply_ranked(self, record: Record) -> list[tuple[tuple, dict[str, Any]]]:
         """`apply`, each event with its rank: the position it has in an
         unsharded run's output for this record, so that the cells of a
         sharded space can be merged back into exactly that order."""
-        out = self.expire_ranked(record.ts)
-        events = self._events(record)
-        other = "profile_id" if record.kind == "subscription" else "subscription_id"
-        return out + [((1, e[other]), e) for e in events]
+        return self.expire_ranked(record.ts) + [((1, o), e) for o, e in self._events(record)]
 
-    def _events(self, record: Record) -> list[dict[str, Any]]:
+    def _events(self, record: Record) -> list[Keyed]:
         """Apply one record (what expired before it already evicted): its events."""
         if isinstance(record, Subscribe):
             return self._subscribe(record)
@@ -266,11 +263,9 @@ class SpaceMatcher:
             valid_to, kind, ident, _ = item
             if kind == 0:
                 events = self._end_sub(self.subs[ident], "expired", int(valid_to))
-                other = "profile_id"
             else:
                 events = self._end_profile(self.profiles[ident], "expired", int(valid_to))
-                other = "subscription_id"
-            out += [((0, valid_to, kind, ident, e[other]), e) for e in events]
+            out += [((0, valid_to, kind, ident, o), e) for o, e in events]
         return out
 
     def _hold(self, record: Subscribe | Publish) -> Held:
@@ -299,6 +294,7 @@ class SpaceMatcher:
 
     def _drop(self, table: dict[str, Held], kind: str, held: Held) -> None:
         del table[held.record.id]
+        self._drops += 1
         self._changes.append((kind, held.record.id, None))
         if held.slot is not None:
             if kind == "subscription":
@@ -334,7 +330,7 @@ class SpaceMatcher:
         spec, cell = self.shard
         return spec.cell(max(sub.span[0], prof.span[0])) == cell
 
-    def _subscribe(self, rec: Subscribe) -> list[dict[str, Any]]:
+    def _subscribe(self, rec: Subscribe) -> list[Keyed]:
         old = self.subs.get(rec.id)
         before = self._profiles_of(old.record, old) if old else {}
         if old:
@@ -355,14 +351,14 @@ class SpaceMatcher:
                     else old is not None and holds(old.record, prof.record)
                 )
                 if not was:
-                    out.append(self._event("match", reason, new, prof, rec.ts))
+                    out.append((pid, self._event("match", reason, new, prof, rec.ts)))
             else:
                 prof = before[pid]
                 if self._owns(old, prof) and not holds(rec, prof.record):
-                    out.append(self._event("unmatch", reason, old, prof, rec.ts))
+                    out.append((pid, self._event("unmatch", reason, old, prof, rec.ts)))
         return out
 
-    def _publish(self, rec: Publish) -> list[dict[str, Any]]:
+    def _publish(self, rec: Publish) -> list[Keyed]:
         old = self.profiles.get(rec.id)
         before = self._subs_of(old.record, old) if old else {}
         if old:
@@ -370,65 +366,50 @@ class SpaceMatcher:
         new = self._hold(rec)
         self._store(self.profiles, "profile", new)
         after = self._subs_of(rec, new)
+        if old is None:  # (most records of a stream: tens of events each)
+            every = self.shard is None
+            return [
+                (sid, self._event("match", "new-profile", after[sid], new, rec.ts))
+                for sid in sorted(after)
+                if every or self._owns(after[sid], new)
+            ]
         out = []
         for sid in sorted(after.keys() | before.keys()):
             if sid in after:
                 sub = after[sid]
                 if not self._owns(sub, new):
                     continue
-                if old is None:
-                    out.append(self._event("match", "new-profile", sub, new, rec.ts))
-                    continue
                 was = sid in before if old.slot is not None else holds(sub.record, old.record)
-                out.append(self._event("update" if was else "match", "changed", sub, new, rec.ts))
+                event = "update" if was else "match"
+                out.append((sid, self._event(event, "changed", sub, new, rec.ts)))
             else:
                 sub = before[sid]
                 if self._owns(sub, old) and not holds(sub.record, rec):
-                    out.append(self._event("unmatch", "changed", sub, old, rec.ts))
+                    out.append((sid, self._event("unmatch", "changed", sub, old, rec.ts)))
         return out
 
-    def _end_sub(self, held: Held, reason: str, ts: int) -> list[dict[str, Any]]:
+    def _end_sub(self, held: Held, reason: str, ts: int) -> list[Keyed]:
         pairs = self._profiles_of(held.record, held)
         self._drop(self.subs, "subscription", held)
         return [
-            self._event("unmatch", reason, held, prof, ts)
+            (pid, self._event("unmatch", reason, held, prof, ts))
             for pid, prof in sorted(pairs.items())
             if self._owns(held, prof)
         ]
 
-    def _end_profile(self, held: Held, reason: str, ts: int) -> list[dict[str, Any]]:
+    def _end_profile(self, held: Held, reason: str, ts: int) -> list[Keyed]:
         pairs = self._subs_of(held.record, held)
         self._drop(self.profiles, "profile", held)
         return [
-            self._event("unmatch", reason, sub, held, ts)
+            (sid, self._event("unmatch", reason, sub, held, ts))
             for sid, sub in sorted(pairs.items())
             if self._owns(sub, held)
         ]
 
-    def _event(self, event: str, reason: str, sub: Held, prof: Held, ts: int) -> dict[str, Any]:
-        # runs once per output record: the interval intersection (max, min) and
-        # `match_id` inlined
-        s, p, space = sub.record, prof.record, self.space
-        valid_from, valid_to = s.valid_from, s.valid_to
-        if p.valid_from > valid_from:
-            valid_from = p.valid_from
-        if p.valid_to < valid_to:
-            valid_to = p.valid_to
-        text = "\x1f".join((space, s.id, sub.version, p.id, prof.version, event))
-        return {
-            "event": event,
-            "reason": reason,
-            "match_id": _sha256(text.encode()).hexdigest()[:32],
-            "space": space,
-            "subscription_id": s.id,
-            "subscriber": s.subscriber,
-            "profile_id": p.id,
-            "relation": s.relation,
-            "valid_from": valid_from,
-            "valid_to": None if valid_to == OPEN else int(valid_to),
-            "ts": ts,
-            "payload": p.payload,
-        }
+    def _event(self, event: str, reason: str, sub: Held, prof: Held, ts: int) -> Any:
+        if self._writer is not None:
+            return self._writer(event, reason, sub, prof, ts)
+        return event_dict(self.space, event, reason, sub, prof, ts)
 
 
 def late_reason(ts: int, watermark: float, lateness_ms: int) -> str:

@@ -18,8 +18,8 @@ from typing import Any
 import pyarrow as pa
 
 from connectors.config import Topics
-from matcher.engine import encode
 from matcher.errors import RecordError
+from matcher.events import encode
 from matcher.records import Source, dead_letter, decode
 from matcher.sharding import Sharding, ShardSpec
 

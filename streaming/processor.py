@@ -52,7 +52,8 @@ from pyspark.sql.streaming.stateful_processor import ExpiredTimerInfo, TimerValu
 
 from connectors.config import Topics
 from connectors.kafka_sink import pack
-from matcher.engine import MATCH_FIELDS, SpaceMatcher, late_reason
+from matcher.engine import SpaceMatcher, late_reason
+from matcher.events import MatchWriter, encode
 from matcher.records import Source, dead_letter, decode, from_state, to_state
 from matcher.sharding import Sharding
 from streaming import state_cache
@@ -65,45 +66,6 @@ _KINDS = {order: kind for kind, order in KIND_ORDER.items()}
 BATCH_KIND = "changes"  # the `log` key kind of a batch's changes
 SNAPSHOT_KIND = "snapshot"  # the `log` key kind of the snapshot's version token
 LOG_SHARE = 4  # compact when the log holds over 1/LOG_SHARE of the held records (and more)
-
-
-# `matcher.engine.encode` (compact JSON, UTF-8), byte for byte, faster:
-# json.dumps builds a new encoder per call when given separators.
-_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
-_STR = json.encoder.encode_basestring  # how that encoder writes a str
-
-
-def _encode(value: Any) -> bytes:
-    return _ENCODER.encode(value).encode()
-
-
-def _encode_match(e: dict[str, Any], payloads: dict[int, tuple[Any, str]]) -> bytes:
-    """`_encode` of a match event (`MATCH_FIELDS` in order), written field by field;
-    `payloads` caches the JSON of each payload object (a profile's events share it).
-    Anything unusual goes through `_encode`."""
-    vf, vt, ts, payload = e["valid_from"], e["valid_to"], e["ts"], e["payload"]
-    if (
-        tuple(e) != MATCH_FIELDS
-        or type(vf) is not int
-        or type(ts) is not int
-        or not (vt is None or type(vt) is int)
-    ):
-        return _encode(e)
-    cached = payloads.get(id(payload))
-    if cached is None or cached[0] is not payload:
-        cached = payloads[id(payload)] = (payload, _ENCODER.encode(payload))
-    try:
-        text = (
-            f'{{"event":{_STR(e["event"])},"reason":{_STR(e["reason"])},'
-            f'"match_id":{_STR(e["match_id"])},"space":{_STR(e["space"])},'
-            f'"subscription_id":{_STR(e["subscription_id"])},'
-            f'"subscriber":{_STR(e["subscriber"])},"profile_id":{_STR(e["profile_id"])},'
-            f'"relation":{_STR(e["relation"])},"valid_from":{vf},'
-            f'"valid_to":{"null" if vt is None else vt},"ts":{ts},"payload":{cached[1]}}}'
-        )
-    except TypeError:  # a field that is not a str
-        return _encode(e)
-    return text.encode()
 
 
 def _freeze_heap() -> None:
@@ -184,7 +146,6 @@ class MatchProcessor(StatefulProcessor):
         rows = sorted(rows, key=lambda r: (r.ts, r.kord, r.part, r.off))
         counts = {"keys": 1, "rows": len(rows)}
         matcher, meta = self._matcher(skey, counts)
-        records = matcher.expire(watermark)
         late, batch = [], []
         for row in rows:
             source = Source(topic=row.topic, partition=row.part, offset=row.off)
@@ -193,7 +154,9 @@ class MatchProcessor(StatefulProcessor):
                 late.append(dead_letter(reason, row.value, source))
                 continue
             batch.append(decode(_KINDS[row.kord], row.value, source, fallback_ts=row.ktime))
-        records.extend(matcher.apply_batch(batch))
+        with matcher.writing(MatchWriter(matcher.space)):
+            records = matcher.expire(watermark)
+            records.extend(matcher.apply_batch(batch))
         counts["late"] = len(late)
         counts["dead_letters"] = len(late)
         out = self._save(skey, matcher, meta, records, counts)
@@ -209,7 +172,8 @@ class MatchProcessor(StatefulProcessor):
         meta = self._meta()
         meta["timer"] = None  # Spark deletes the timer that fired
         matcher, meta = self._matcher(skey, counts, meta)
-        records = matcher.expire(timerValues.getCurrentWatermarkInMs())
+        with matcher.writing(MatchWriter(matcher.space)):
+            records = matcher.expire(timerValues.getCurrentWatermarkInMs())
         return iter(self._save(skey, matcher, meta, records, counts))
 
     def close(self) -> None:
@@ -294,9 +258,15 @@ class MatchProcessor(StatefulProcessor):
         return matcher
 
     def _save(
-        self, skey: str, matcher: Any, meta: dict, records: list[dict], counts: dict
+        self,
+        skey: str,
+        matcher: Any,
+        meta: dict,
+        records: list[tuple[bytes, bytes]],
+        counts: dict,
     ) -> list[Row]:
-        """Persist the held-set changes, move the timer, cache the matcher, emit the matches."""
+        """Persist the held-set changes, move the timer, cache the matcher, emit the
+        match records (`MatchWriter`'s key and value)."""
         changes = matcher.drain_changes()
         if changes or meta["token"] is None:
             meta["token"] = random.getrandbits(62)
@@ -327,9 +297,7 @@ class MatchProcessor(StatefulProcessor):
         counts["profiles"] += len(matcher.profiles)
         counts["matches"] = len(records)
         self.metrics.add(counts)
-        payloads: dict[int, tuple[Any, str]] = {}
-        keys = [r["subscriber"].encode() for r in records]
-        return pack(self.matches_topic, keys, [_encode_match(r, payloads) for r in records])
+        return pack(self.matches_topic, [k for k, _ in records], [v for _, v in records])
 
     def _move_timer(self, matcher: Any, meta: dict) -> None:
         expiry = matcher.next_expiry()
@@ -343,4 +311,4 @@ class MatchProcessor(StatefulProcessor):
         meta["timer"] = wanted
 
     def _dead_letters(self, letters: list[dict]) -> list[Row]:
-        return pack(self.deadletter_topic, [None] * len(letters), [_encode(d) for d in letters])
+        return pack(self.deadletter_topic, [None] * len(letters), [encode(d) for d in letters])

@@ -9,7 +9,8 @@ import re
 
 import pytest
 
-from matcher.engine import Engine, Input, encode
+from matcher.engine import Engine, Input
+from matcher.events import encode
 from matcher.records import Source, decode, from_state, to_state
 
 SPACE = {"space": "v"}

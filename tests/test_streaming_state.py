@@ -1,8 +1,9 @@
 """The job's state and output encodings, without Spark: snapshots load back to the
-same matcher, and the processor's fast match encoding is `matcher.engine.encode`."""
+same matcher, and the job's match records (`MatchWriter`) are `matcher.events.encode`."""
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import json
 
@@ -13,9 +14,9 @@ import zstandard
 from benchmarks.workloads import generate
 from connectors.kafka_sink import PACK_SIZE, pack
 from connectors.kafka_sink import _records as sink_records
-from matcher.engine import MATCH_FIELDS, SpaceMatcher, encode
+from matcher.engine import Held, SpaceMatcher
+from matcher.events import MatchWriter, encode, event_dict
 from matcher.records import Source, decode
-from streaming.processor import _encode_match
 from streaming.state_cache import dump_snapshot, load_snapshot
 
 
@@ -69,35 +70,51 @@ def test_a_dropped_matcher_leaves_no_cyclic_garbage():
             gc.enable()
 
 
-def test_fast_match_encoding_is_the_engines():
-    event = {
-        "event": "match",
-        "reason": "new-profile",
-        "match_id": "0123456789abcdef" * 2,
-        "space": "uniform",
-        "subscription_id": "s1",
-        "subscriber": "u1",
-        "profile_id": "p1",
-        "relation": "overlaps",
-        "valid_from": 1_700_000_000_000,
-        "valid_to": 1_700_000_060_000,
-        "ts": 1_700_000_000_000,
-        "payload": {"seq": 1},
-    }
-    assert tuple(event) == MATCH_FIELDS
+def _written(matcher: SpaceMatcher, step) -> list:
+    with matcher.writing(MatchWriter(matcher.space)):
+        return step(matcher)
+
+
+def test_match_writer_writes_the_engines_records_byte_for_byte():
+    """The job's records (`MatchWriter`) are `encode` of the engine's event dicts,
+    keyed by subscriber: new matches, updates, unmatches and expiries, odd text."""
+    subs, profiles = generate("tracking", 11, 150, 400)
     odd = 'ü "quoted" \\ \n \u2028 \x00 😀'
-    cases = [
-        event,
-        event | {"valid_to": None, "payload": None, "subscriber": odd, "space": odd},
-        event | {"payload": {"a": [1, 2.5, None, True, "é"], "b": {"c": 1e300}}},
-        event | {"valid_from": 1.5},  # not the usual types: the generic path
-        event | {"ts": True},
-        event | {"subscriber": None},
-        {k: event[k] for k in reversed(MATCH_FIELDS)},
+    for i, sub in enumerate(subs[::7]):
+        sub["subscriber"] = f"{odd}{i}"
+    for i, prof in enumerate(profiles[::5]):
+        prof["id"] = f"{odd}{prof['id']}"
+        prof["payload"] = {"a": [1, 2.5, None, True, odd], "b": {"c": 1e300}, "i": i}
+    profiles[3]["payload"] = None
+    space = subs[0]["space"]
+    plain, written = SpaceMatcher(space), SpaceMatcher(space)
+    steps = [
+        lambda m: m.apply_batch(_records("subscription", subs, "s")),
+        lambda m: m.apply_batch(_records("profile", profiles[:250], "p")),
+        lambda m: m.apply_batch(_records("profile", profiles[250:], "p")),
+        lambda m: m.expire(float("inf")),
     ]
-    payloads: dict = {}
-    for case in cases:
-        assert _encode_match(case, payloads) == encode(case)
+    total = 0
+    for step in steps:
+        events = step(plain)
+        assert _written(written, step) == [(e["subscriber"].encode(), encode(e)) for e in events]
+        total += len(events)
+    assert total > 500
+    assert not hasattr(written, "_writer") or written._writer is None  # (left the context)
+
+
+def test_match_writer_takes_the_generic_path_for_unusual_times():
+    subs, profiles = generate("uniform", 2, 20, 20)
+    matcher = SpaceMatcher(subs[0]["space"])
+    matcher.apply_batch(_records("subscription", subs, "s"))
+    matcher.apply_batch(_records("profile", profiles, "p"))
+    sub = next(iter(matcher.subs.values()))
+    prof = next(iter(matcher.profiles.values()))
+    odd = Held(dataclasses.replace(prof.record, valid_from=1.5), prof.version, prof.slot)
+    writer = MatchWriter(matcher.space)
+    for p, ts in ((prof, 7), (odd, 7), (prof, 7.25), (prof, True)):
+        expected = encode(event_dict(matcher.space, "match", "changed", sub, p, ts))
+        assert writer("match", "changed", sub, p, ts) == (sub.record.subscriber.encode(), expected)
 
 
 def test_output_rows_pack_records_in_order():

@@ -29,7 +29,8 @@ import pytest
 from connectors.config import SINK_COMMITS_TOPIC, Topics, confluent_config
 from connectors.consume import consume_values
 from connectors.produce import produce_lines
-from matcher.engine import Engine, Input, encode
+from matcher.engine import Engine, Input
+from matcher.events import encode
 from matcher.records import Source
 from streaming.config import JobConfig
 

@@ -1,0 +1,116 @@
+"""What a pair change becomes: a match record (SEMANTICS §6), as a dict or as bytes.
+
+The engine makes one event per (subscription, profile) pair that changes: a
+`dict` of `MATCH_FIELDS` (replay, tests, any caller), or, inside
+`SpaceMatcher.writing(MatchWriter(...))`, the output record itself, its
+Kafka key and value. The job writes tens of records per profile, hundreds of
+thousands a batch: making each dict and encoding it afterwards cost 4.4-5.5
+µs a record, writing the bytes straight from the pair 2.6-2.8 µs (322,988
+match records of the pipeline workload at 100k subscriptions, best of two).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import TYPE_CHECKING, Any
+
+from matcher.records import OPEN
+
+if TYPE_CHECKING:
+    from matcher.engine import Held
+
+MATCH_FIELDS = (
+    "event",
+    "reason",
+    "match_id",
+    "space",
+    "subscription_id",
+    "subscriber",
+    "profile_id",
+    "relation",
+    "valid_from",
+    "valid_to",
+    "ts",
+    "payload",
+)
+
+# `json.dumps(value, separators=(",", ":"), ensure_ascii=False)`, without a new
+# encoder per call (json.dumps makes one whenever it is given separators)
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
+_STR = json.encoder.encode_basestring  # how that encoder writes a str
+_sha256 = hashlib.sha256
+
+
+def encode(value: Any) -> bytes:
+    """The one serialization of output records: compact JSON, UTF-8."""
+    return _ENCODER.encode(value).encode()
+
+
+def _pair(space: str, event: str, sub: Held, prof: Held) -> tuple[Any, Any, str]:
+    """The pair's interval intersection (valid_to None when open) and `match_id`,
+    a deterministic digest so that a consumer can drop duplicates after a restart."""
+    s, p = sub.record, prof.record
+    valid_from, valid_to = s.valid_from, s.valid_to
+    if p.valid_from > valid_from:
+        valid_from = p.valid_from
+    if p.valid_to < valid_to:
+        valid_to = p.valid_to
+    text = "\x1f".join((space, s.id, sub.version, p.id, prof.version, event))
+    mid = _sha256(text.encode()).hexdigest()[:32]
+    return valid_from, None if valid_to == OPEN else int(valid_to), mid
+
+
+def event_dict(
+    space: str, event: str, reason: str, sub: Held, prof: Held, ts: int
+) -> dict[str, Any]:
+    """A match record as a dict, fields in `MATCH_FIELDS` order."""
+    s, p = sub.record, prof.record
+    valid_from, valid_to, mid = _pair(space, event, sub, prof)
+    return {
+        "event": event,
+        "reason": reason,
+        "match_id": mid,
+        "space": space,
+        "subscription_id": s.id,
+        "subscriber": s.subscriber,
+        "profile_id": p.id,
+        "relation": s.relation,
+        "valid_from": valid_from,
+        "valid_to": valid_to,
+        "ts": ts,
+        "payload": p.payload,
+    }
+
+
+class MatchWriter:
+    """Makes each event as its output record, `(key, value)`: the subscriber, and
+    `encode(event_dict(...))` byte for byte, written field by field. Each payload
+    object is encoded once (a profile's records share it), so use one writer per
+    batch. Anything unusual (a time that is not an int) goes through `encode`."""
+
+    def __init__(self, space: str) -> None:
+        self.space = space
+        self._space = _STR(space)
+        self._payloads: dict[int, tuple[Any, str]] = {}
+
+    def __call__(
+        self, event: str, reason: str, sub: Held, prof: Held, ts: int
+    ) -> tuple[bytes, bytes]:
+        s, p = sub.record, prof.record
+        vf, vt, mid = _pair(self.space, event, sub, prof)
+        key = s.subscriber.encode()
+        if type(vf) is not int or type(ts) is not int or not (vt is None or type(vt) is int):
+            return key, encode(event_dict(self.space, event, reason, sub, prof, ts))
+        payload = p.payload
+        cached = self._payloads.get(id(payload))
+        if cached is None or cached[0] is not payload:
+            cached = self._payloads[id(payload)] = (payload, _ENCODER.encode(payload))
+        text = (
+            f'{{"event":{_STR(event)},"reason":{_STR(reason)},"match_id":"{mid}",'
+            f'"space":{self._space},"subscription_id":{_STR(s.id)},'
+            f'"subscriber":{_STR(s.subscriber)},"profile_id":{_STR(p.id)},'
+            f'"relation":{_STR(s.relation)},"valid_from":{vf},'
+            f'"valid_to":{"null" if vt is None else vt},"ts":{ts},"payload":{cached[1]}}}'
+        )
+        return key, text.encode()
