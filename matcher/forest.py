@@ -10,7 +10,7 @@ operation and expands the survivors to their children in a few more.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterator
 
 import numpy as np
 
@@ -79,7 +79,7 @@ class Forest:
         # nodes (False while no `covers` subscription is held: saves work).
         self.need_covers = True
         # During a descent of filter queries: which columns each constrains.
-        self._plan: tuple[np.ndarray, list[list[int]]] | None = None
+        self._plan: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.by_key)
@@ -566,35 +566,56 @@ class Forest:
 def _hits(lo, hi, qs, q_lo, q_hi, plan) -> tuple[np.ndarray, np.ndarray]:
     """Every (query, box) pair whose boxes meet, as (index into `qs`, index
     into the boxes), a chunk of queries at a time so the (query × box)
-    matrix stays in cache. With a column `plan` (filter queries), chunks
-    hold queries that constrain the same columns and test only those: a
-    column a filter leaves open meets every box."""
+    matrix stays in cache. With a `plan` (filter queries: the set of
+    columns each constrains), a chunk tests only the columns some of its
+    queries constrain (a column a filter leaves open meets every box);
+    against many boxes, a chunk holds whole sets of queries with the same
+    columns where they fit, the most used columns tested first."""
     n = lo.shape[1]
     rows, cols = [np.zeros(0, dtype=np.int64)], [np.zeros(0, dtype=np.int64)]
     if not n or not len(qs):
         return rows[0], cols[0]
     step = max(1, CHUNK // n)
     if plan is None or n < BLOCKED:
-        # (a block's few boxes: per-chunk column unions cost less than groups)
+        # (a block's few boxes: per-chunk column unions cost less than sets)
         for start in range(0, len(qs), step):
             q = qs[start : start + step]
-            tested = _constrained(q_lo, q_hi, q) if plan else range(lo.shape[0])
+            tested = _constrained(q_lo, q_hi, q, False) if plan is not None else range(lo.shape[0])
             cells = _meet_cells(lo, hi, q, q_lo, q_hi, tested)
             rows.append(cells // n + start)
             cols.append(cells % n)
         return np.concatenate(rows), np.concatenate(cols)
-    sig, sig_cols = plan
-    s = sig[qs]
+    s = plan[qs]
     order = np.argsort(s, kind="stable")
-    cuts = (np.flatnonzero(np.diff(s[order])) + 1).tolist()
-    for pos in np.split(order, cuts):
-        tested = sig_cols[s[pos[0]]]
-        for start in range(0, len(pos), step):
-            p = pos[start : start + step]
-            cells = _meet_cells(lo, hi, qs[p], q_lo, q_hi, tested)
-            rows.append(p[cells // n])
-            cols.append(cells % n)
+    sets = (np.flatnonzero(np.diff(s[order])) + 1).tolist()
+    for a, b in _packed(sets, len(qs), step):
+        p = order[a:b]
+        cells = _meet_cells(lo, hi, qs[p], q_lo, q_hi, _constrained(q_lo, q_hi, qs[p], True))
+        rows.append(p[cells // n])
+        cols.append(cells % n)
     return np.concatenate(rows), np.concatenate(cols)
+
+
+def _packed(cuts: list[int], n: int, step: int) -> Iterator[tuple[int, int]]:
+    """Chunks (start, end) of at most `step` of `n` items in sets that end at
+    `cuts`: a chunk takes whole sets while they fit and a set too large for
+    one is split. (A matrix per set cost more calls than its fewer columns
+    saved where sets are small against a chunk: 1000 filters against 10k
+    siena profiles, 417 sets, 26 queries a chunk, 31.7 -> 23.0 ms. Chunks
+    across any sets at 100k profiles, 2 queries a chunk, tested more columns
+    than they saved calls, 173 -> 190 ms; packing whole sets, 192 -> 181.)"""
+    start = prev = 0  # the open chunk's start, the current set's
+    for end in [*cuts, n]:
+        if end - start > step:
+            if prev > start:  # close the chunk before this set
+                yield start, prev
+                start = prev
+            while end - start > step:
+                yield start, start + step
+                start += step
+        prev = end
+    if start < n:
+        yield start, n
 
 
 def _around(
@@ -662,18 +683,23 @@ def _meet_cells(lo, hi, q, q_lo, q_hi, tested) -> np.ndarray:
     return cells[ok]
 
 
-def _constrained(q_lo: np.ndarray, q_hi: np.ndarray, qs: np.ndarray) -> list[int]:
-    """The columns on which some of the queries `qs` is not (-inf, inf)."""
-    lo, hi = q_lo[:, qs], q_hi[:, qs]
-    return np.flatnonzero(((lo != -np.inf) | (hi != np.inf)).any(axis=1)).tolist()
+def _constrained(q_lo: np.ndarray, q_hi: np.ndarray, qs: np.ndarray, by_use: bool) -> list[int]:
+    """The columns on which some of the queries `qs` is not (-inf, inf); `by_use`:
+    those that most of them constrain first (a matrix test then turns sparse,
+    and goes pair by pair, sooner; worth its sort against many boxes only)."""
+    used = (q_lo[:, qs] != -np.inf) | (q_hi[:, qs] != np.inf)
+    if not by_use:
+        return np.flatnonzero(used.any(axis=1)).tolist()
+    uses = used.sum(axis=1)
+    order = np.argsort(-uses, kind="stable")
+    return order[uses[order] > 0].tolist()
 
 
-def _column_plan(q_lo: np.ndarray, q_hi: np.ndarray) -> tuple[np.ndarray, list[list[int]]]:
-    """Filter queries by the set of columns they constrain: (set id per
-    query, the columns of each set)."""
+def _column_plan(q_lo: np.ndarray, q_hi: np.ndarray) -> np.ndarray:
+    """Filter queries by the set of columns they constrain: a set id per query."""
     mask = (q_lo != -np.inf) | (q_hi != np.inf)
-    sets, sig = np.unique(mask.T, axis=0, return_inverse=True)
-    return sig.reshape(-1), [np.flatnonzero(row).tolist() for row in sets]
+    _, sig = np.unique(mask.T, axis=0, return_inverse=True)
+    return sig.reshape(-1)
 
 
 class _Mirror:

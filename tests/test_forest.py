@@ -3,11 +3,14 @@ random insert/delete sequences, shared nodes, splicing."""
 
 from __future__ import annotations
 
+from unittest.mock import patch
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from matcher import forest as forest_module
 from matcher.constraints import conjunction_of
 from matcher.double_forest import DoubleForest
 from matcher.forest import ROOT, Forest
@@ -345,3 +348,45 @@ def test_grouped_answers_of_popular_nodes() -> None:
     want = [sorted(keys[slots[qi == q]].tolist()) for q in range(len(queries))]
     assert [sorted(g.tolist()) for g in grouped] == want
     assert any(want) and not all(want)
+
+
+@settings(max_examples=200, deadline=None, print_blob=True)
+@given(st.data())
+def test_filter_queries_meet_every_box_they_meet_whatever_the_chunks(data):
+    """`_hits` with a column plan (filter queries, each leaving some columns open)
+    against a list of boxes, for every chunk size and both list paths: the pairs
+    of a brute-force test, each once. Chunks of the long path pack whole sets
+    of same-column queries, their columns united."""
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
+    columns, n, m = (
+        data.draw(st.integers(1, 5)),
+        data.draw(st.integers(1, 40)),
+        data.draw(st.integers(1, 30)),
+    )
+    lo = rng.integers(0, 10, (columns, n)).astype(float)
+    hi = lo + rng.integers(0, 4, (columns, n))
+    q_lo = rng.integers(0, 10, (columns, m)).astype(float)
+    q_hi = q_lo + rng.integers(0, 4, (columns, m))
+    open_ = rng.random((columns, m)) < data.draw(st.sampled_from([0.0, 0.3, 0.7, 1.0]))
+    q_lo[open_], q_hi[open_] = -np.inf, np.inf
+    qs = rng.permutation(m)[: data.draw(st.integers(1, m))]
+    tuning = {"CHUNK": data.draw(st.integers(1, 80)), "BLOCKED": data.draw(st.integers(1, 50))}
+    with patch.multiple(forest_module, **tuning):
+        r, k = forest_module._hits(lo, hi, qs, q_lo, q_hi, forest_module._column_plan(q_lo, q_hi))
+    got = list(zip(qs[r].tolist(), k.tolist(), strict=True))
+    meet = (q_lo[:, :, None] <= hi[:, None, :]) & (lo[:, None, :] <= q_hi[:, :, None])
+    expected = {(int(q), b) for q in qs for b in range(n) if meet[:, q, b].all()}
+    assert len(got) == len(set(got)) and set(got) == expected
+
+
+@given(st.lists(st.integers(1, 9), max_size=12), st.integers(1, 10))
+def test_chunks_hold_whole_sets_where_they_fit(sizes, step):
+    cuts = np.cumsum(sizes).tolist()
+    n = cuts.pop() if cuts else 0
+    chunks = list(forest_module._packed(cuts, n, step))
+    assert [a for a, _ in chunks] == [0, *[b for _, b in chunks]][: len(chunks)]
+    assert (chunks[-1][1] if chunks else 0) == n
+    assert all(0 < b - a <= step for a, b in chunks)
+    for start, end in zip([0, *cuts], [*cuts, n], strict=True):
+        if 0 < end - start <= step:  # a set that fits a chunk is not cut
+            assert any(a <= start and end <= b for a, b in chunks)
