@@ -367,11 +367,10 @@ class SpaceMatcher:
         self._store(self.profiles, "profile", new)
         after = self._subs_of(rec, new)
         if old is None:  # (most records of a stream: tens of events each)
-            every = self.shard is None
             return [
                 (sid, self._event("match", "new-profile", after[sid], new, rec.ts))
                 for sid in sorted(after)
-                if every or self._owns(after[sid], new)
+                if self._owns(after[sid], new)
             ]
         out = []
         for sid in sorted(after.keys() | before.keys()):
