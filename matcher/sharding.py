@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import bisect
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from matcher.constraints import NUM, Conjunction
@@ -66,23 +67,48 @@ def profile_span(attribute: str, profile: Profile) -> tuple[float, float]:
     return value if isinstance(value, tuple) else EVERYWHERE
 
 
+def cell_keys(space: str, cells: int) -> list[str]:
+    """The plain state keys of a sharded space's cells."""
+    return [f"{space}#{cell}" for cell in range(cells)]
+
+
 class Sharding:
-    """The state keys of records: the space, or `space#cell` for sharded spaces."""
+    """The state keys of records: the space, or one key per cell of a sharded space.
 
-    def __init__(self, config: dict[str, ShardSpec] | None = None) -> None:
+    A cell's key is `space#cell` unless `names` gives the space's keys (one
+    per cell, in cell order): the job names cells so that Spark places them
+    on different partitions (`streaming.placement`); the matching does not
+    depend on the names."""
+
+    def __init__(
+        self,
+        config: Mapping[str, ShardSpec] | None = None,
+        names: Mapping[str, Sequence[str]] | None = None,
+    ) -> None:
         self.config = dict(config or {})
+        names = names or {}
+        self.names = {
+            space: tuple(names.get(space) or cell_keys(space, spec.cells))
+            for space, spec in self.config.items()
+        }
+        self._cells = {}
+        for space, keys in self.names.items():
+            spec = self.config[space]
+            if len(keys) != spec.cells or len(set(keys)) != len(keys):
+                raise ValueError(f"{space}: {spec.cells} distinct cell keys needed, got {keys}")
+            self._cells.update((key, (space, spec, cell)) for cell, key in enumerate(keys))
 
-    def keys_for(self, record: Record) -> list[str]:
-        spec = self.config.get(record.space)
-        if spec is None:
-            return [record.space]
-        return [f"{record.space}#{cell}" for cell in range(spec.cells)]
+    def keys_for(self, record: Record) -> Sequence[str]:
+        return self.names.get(record.space) or (record.space,)
 
     def cell_of(self, key: str) -> tuple[ShardSpec, int] | None:
         """The shard spec and cell number of a state key (None: unsharded)."""
-        space, _, cell = key.rpartition("#")
-        spec = self.config.get(space) if cell.isdigit() else None
-        return None if spec is None else (spec, int(cell))
+        found = self._cells.get(key)
+        return None if found is None else found[1:]
+
+    def space_of(self, key: str) -> str:
+        found = self._cells.get(key)
+        return key if found is None else found[0]
 
 
 def span_of(attribute: str, record: Subscribe | Publish) -> tuple[float, float]:

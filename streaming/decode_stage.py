@@ -12,7 +12,7 @@ source is read once and every output leaves through the one sink.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from typing import Any
 
 import pyarrow as pa
@@ -22,6 +22,7 @@ from matcher.errors import RecordError
 from matcher.events import encode
 from matcher.records import Source, dead_letter, decode
 from matcher.sharding import Sharding, ShardSpec
+from streaming.placement import cell_names
 
 # No space is named with a NUL; this key groups the bad records of a batch.
 DEAD_LETTER_KEY = "\x00deadletter"
@@ -52,9 +53,13 @@ DECODED_DDL = (
 )
 
 
-def build_sharding(tables: Mapping[str, Mapping[str, Any]]) -> Sharding:
+def build_sharding(
+    tables: Mapping[str, Mapping[str, Any]], partitions: int = 1, held: Collection[str] = ()
+) -> Sharding:
     """`[sharding.<space>]` tables → `Sharding`: `attribute` with `cuts = [...]`,
-    or `attribute`, `width`, `cells` (and `origin`) for an even grid."""
+    or `attribute`, `width`, `cells` (and `origin`) for an even grid. Cells are
+    named to run on different ones of `partitions` shuffle partitions, except
+    those already `held` in the checkpoint's state (`streaming.placement`)."""
     specs = {}
     for space, table in tables.items():
         table = dict(table)
@@ -70,7 +75,7 @@ def build_sharding(tables: Mapping[str, Mapping[str, Any]]) -> Sharding:
                 f"[sharding.{space}] needs attribute and cuts, or attribute, width and cells "
                 f"(and origin): {exc}"
             ) from None
-    return Sharding(specs)
+    return Sharding(specs, cell_names(specs, partitions, held))
 
 
 class DecodeStage:

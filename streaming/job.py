@@ -70,13 +70,16 @@ def matched_stream(spark: SparkSession, config: JobConfig, metrics: Any) -> Data
     from connectors.kafka_source import read_stream
     from streaming.decode_stage import DECODED_DDL, INPUT_COLUMNS, DecodeStage, build_sharding
     from streaming.processor import OUTPUT_DDL, MatchProcessor
+    from streaming.state_reader import held_keys
 
     if config.bootstrap is None:
         raise ValueError("no bootstrap address: give --bootstrap or set bootstrap in tsm.toml")
     for key, value in session_settings(config).items():
         if not key.startswith("spark.pyspark."):
             spark.conf.set(key, value)
-    topics, sharding = config.topics, build_sharding(config.sharding)
+    topics = config.topics
+    held = held_keys(spark, config.checkpoint) if config.sharding else ()
+    sharding = build_sharding(config.sharding, config.shuffle_partitions, held)
     raw = read_stream(
         spark,
         config.bootstrap,

@@ -48,11 +48,11 @@ def live_counts(spark: Any, checkpoint: str) -> dict[str, int]:
 
     Reads the processor's `meta` state variable with Spark's state data source.
     """
-    from pathlib import Path
+    from streaming.state_reader import committed_state
 
-    if not any(Path(checkpoint, "commits").glob("[0-9]*")):
+    state = committed_state(spark, checkpoint, "meta")
+    if state is None:
         return dict.fromkeys(GAUGES, 0)
-    state = spark.read.format("statestore").option("stateVarName", "meta").load(checkpoint)
     row = state.selectExpr(
         "coalesce(sum(value.subs), 0) AS subscriptions",
         "coalesce(sum(value.profiles), 0) AS profiles",

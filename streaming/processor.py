@@ -215,8 +215,8 @@ class MatchProcessor(StatefulProcessor):
         if snapshot is not None:
             matcher = load_snapshot(snapshot[0])
         else:
-            cell = self.sharding.cell_of(skey)
-            matcher = SpaceMatcher(skey.rpartition("#")[0] if cell else skey, skey, cell)
+            sharding = self.sharding
+            matcher = SpaceMatcher(sharding.space_of(skey), skey, sharding.cell_of(skey))
         batches, _ = self._read_log(matcher)
         for position in sorted(batches):
             _replay(matcher, batches[position][1])

@@ -32,7 +32,10 @@ from connectors.produce import produce_lines
 from matcher.engine import Engine, Input
 from matcher.events import encode
 from matcher.records import Source
+from matcher.sharding import cell_keys
 from streaming.config import JobConfig
+from streaming.placement import partition_of, spark_hash, spread_keys
+from streaming.state_reader import committed_state
 
 pytestmark = pytest.mark.integration
 
@@ -317,6 +320,59 @@ def test_sharded_run_equals_unsharded(spark, bootstrap, new_topic, tmp_path):
     assert got == got_plain
     assert got == expected([inputs_of(bootstrap, topics)])
     assert counters["keys"] > 2  # the cells of `a` ran as keys of their own
+    # ... on both partitions, each where `streaming.placement` said it would be.
+    placed = cell_partitions(spark, sharded.checkpoint)
+    assert sorted(placed) == sorted(spread_keys("a", 4, 2))
+    assert sorted(placed.values()) == [0, 0, 1, 1]
+    assert all(partition_of(key, 2) == part for key, part in placed.items())
+
+
+def test_placement_hashes_as_spark_partitions(spark):
+    """`streaming.placement` predicts Spark's hash partitioning of string keys."""
+    rng = random.Random(6)
+    alphabet = "ab#.09é日\U0001f600 "
+    keys = ["".join(rng.choices(alphabet, k=rng.randrange(0, 14))) for _ in range(400)]
+    frame = spark.createDataFrame([(k,) for k in keys], "k string").repartition(7, "k")
+    got = frame.selectExpr("k", "hash(k)", "spark_partition_id()").collect()
+    assert sorted((k, h, p) for k, h, p in got) == sorted(
+        (k, spark_hash(k), partition_of(k, 7)) for k in keys
+    )
+
+
+def cell_partitions(spark, checkpoint: str) -> dict[str, int]:
+    """The shuffle partition that holds each state key of space `a`'s cells."""
+    state = committed_state(spark, checkpoint, "meta").select("key.skey", "partition_id")
+    return {key: part for key, part in state.collect() if key.startswith("a#")}
+
+
+def test_cells_keep_their_state_keys_across_restart(
+    spark, bootstrap, new_topic, tmp_path, monkeypatch
+):
+    """A checkpoint whose cells have plain keys (written before cells were
+    spread over partitions) keeps them: renaming would orphan their state."""
+    from streaming import decode_stage
+
+    topics = make_topics(new_topic, bootstrap)
+    subs, profiles = workload(seed=5, subs=40, profiles=160, churn=False)
+    sharding = {"a": {"attribute": "x", "width": 25, "cells": 4}}
+    config = JobConfig(
+        bootstrap=bootstrap, topics=topics, checkpoint=str(tmp_path / "ck"), sharding=sharding
+    )
+    produce_lines(bootstrap, topics.subscriptions, subs)
+    produce_lines(bootstrap, topics.profiles, profiles[:80])
+    with monkeypatch.context() as patch:
+        plain = {"a": cell_keys("a", 4)}
+        patch.setattr(decode_stage, "cell_names", lambda specs, partitions, held: plain)
+        run_in_process(spark, config)
+    assert sorted(cell_partitions(spark, config.checkpoint)) == plain["a"]
+    assert spread_keys("a", 4, 2) != plain["a"]  # (else this test proves nothing)
+    produce_lines(bootstrap, topics.profiles, profiles[80:])
+    run_in_process(spark, config)
+    assert sorted(cell_partitions(spark, config.checkpoint)) == plain["a"]
+    got = output(bootstrap, topics)
+    want = expected([inputs_of(bootstrap, topics)])
+    assert triples(got["matches"]) == triples(want["matches"])
+    assert sum(got["matches"].values()) == sum(want["matches"].values())
 
 
 def test_kafka_python_clients(spark, bootstrap, new_topic, tmp_path):

@@ -1,0 +1,20 @@
+"""The last committed state of the job's checkpoint, read with Spark's state data source."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+
+def committed_state(spark: Any, checkpoint: str, var: str) -> Any:
+    """One of the processor's state variables as a DataFrame (`key`, `value`, ...),
+    or None while the checkpoint has no committed batch."""
+    if not any(Path(checkpoint, "commits").glob("[0-9]*")):
+        return None
+    return spark.read.format("statestore").option("stateVarName", var).load(checkpoint)
+
+
+def held_keys(spark: Any, checkpoint: str) -> set[str]:
+    """The state keys the checkpoint holds (a cell keeps its key: `streaming.placement`)."""
+    state = committed_state(spark, checkpoint, "meta")
+    return set() if state is None else {row[0] for row in state.select("key.skey").collect()}
