@@ -14,8 +14,9 @@ sets afterwards: turning 2,000 matches into a Python set costs more than a
 forest query, and it is no part of matching (the engine reads the arrays).
 
 Times are this process's CPU time: every contender runs single-threaded in
-it, and other work on a shared machine (a build, a Spark job) then slows no
-contender more than another.
+it. That does not make a shared machine fair (its slow spells slow this
+process's CPU too: 25% between two runs of the same build here), so the
+contenders take their matching passes in turn, all of them built at once.
 """
 
 from __future__ import annotations
@@ -190,36 +191,43 @@ def _took(step: Callable[[], None]) -> float:
     return _clock() - start
 
 
-def _timed_queries(
-    match: Callable[[list], list[Keys]], queries: list, warm: list, batch: int, budget_s: float
-) -> tuple[float, list[Keys]]:
-    """Seconds per query for as many batches as fit in the budget (at least
-    one), and the answers.
+class _Passes:
+    """One contender's timed passes over one side's queries, taken in turn
+    with the other contenders' (`_match_side_by_side`).
 
     First, untimed, a batch of other queries (a few for a contender that
     answers one at a time): a process's first large arrays cost their
     first-touch page faults, 60 ms of a forest's 20 ms batch of 1000
     nested profiles at 100k here, which a running job pays once, not per
-    batch. Then the queries are answered up to PASSES times while that
-    takes under REPEAT_S in all, and the quickest pass counts (as `timeit`
-    does: the slower ones are the machine's other work, not the
-    contender's; ±20% between passes of a 20 ms batch here)."""
-    for i in range(0, min(len(warm), batch if batch > 1 else WARM_SINGLE), batch):
-        match(warm[i : i + batch])
-    best, answers, spent = math.inf, None, 0.0
-    for _ in range(PASSES):
+    batch. Then each pass answers the queries (as many batches as fit in the
+    budget, at least one), up to PASSES passes while they take under
+    REPEAT_S in all, and the quickest counts (as `timeit` does: the slower
+    ones are the machine's other work, not the contender's; ±20% between
+    passes of a 20 ms batch here)."""
+
+    def __init__(
+        self, match: Callable[[list], list[Keys]], queries: list, warm: list, batch: int
+    ) -> None:
+        self.match, self.queries, self.batch = match, queries, batch
+        for i in range(0, min(len(warm), batch if batch > 1 else WARM_SINGLE), batch):
+            match(warm[i : i + batch])
+        self.best, self.spent, self.done = math.inf, 0.0, False
+        self.answers: list[Keys] | None = None
+
+    def run(self, budget_s: float) -> None:
+        """One pass, unless the contender is done."""
+        if self.done:
+            return
         got: list[Keys] = []
         start = _collected()
-        for i in range(0, len(queries), batch):
-            got += match(queries[i : i + batch])
+        for i in range(0, len(self.queries), self.batch):
+            got += self.match(self.queries[i : i + self.batch])
             if _clock() - start > budget_s:
                 break
         took = _clock() - start
-        answers = got if answers is None else answers
-        best, spent = min(best, took / len(got)), spent + took
-        if len(got) < len(queries) or spent > REPEAT_S:
-            break
-    return best, answers
+        self.answers = got if self.answers is None else self.answers
+        self.best, self.spent = min(self.best, took / len(got)), self.spent + took
+        self.done = len(got) < len(self.queries) or self.spent > REPEAT_S
 
 
 def _batch(contender: Contender) -> int:
@@ -281,7 +289,7 @@ def run_size(run: Run, data: Data, n: int) -> None:
     del_entries = [k for k, _ in rng.sample(entries, n_del)]
     del_profiles = [k for k, _ in rng.sample(profiles, n_del)]
     what = f"{data.kind} n={n}"
-    reference: dict[str, list[Keys]] = {}
+    built: dict[str, tuple[dict, Contender]] = {}
     for name, make in CONTENDERS.items():
         row: dict[str, Any] = {
             "workload": data.kind,
@@ -300,17 +308,23 @@ def run_size(run: Run, data: Data, n: int) -> None:
             continue
         contender = make(data.dims)
         try:
-            _measure(run, row, contender, data, entries, profiles, reference)
-            _deletions(run, row, make, data, entries, profiles, del_entries, del_profiles)
+            _build(run, row, contender, data, entries, profiles)
         except BuildOverBudget as exc:
             _partial_updates(run, row, contender, entries, exc, rng)
             run.log(f"  {name}: {row['partial']}: " + _metrics(row))
             continue
         except OverBudget as exc:
-            for key in [k for k in row if k.startswith("_")]:
-                del row[key]
-            row["skipped"] = f"over the {plan.budget_s:.0f} s budget: {exc}"
-            run.log(f"  {name}: skipped, {row['skipped']}")
+            _skip(run, row, exc)
+            continue
+        built[name] = (row, contender)
+        run.log(f"  {name}: built in {row['build_s']:.1f} s")
+    _match_side_by_side(run, built, data)
+    reference: dict[str, list[Keys]] = {}
+    for name, (row, contender) in built.items():
+        try:
+            _deletions(run, row, contender, data, del_entries, del_profiles)
+        except OverBudget as exc:
+            _skip(run, row, exc)
             continue
         for side in ("profiles", "filters", "profiles-after-delete", "filters-after-delete"):
             if name == "brute-force":
@@ -318,11 +332,20 @@ def run_size(run: Run, data: Data, n: int) -> None:
             else:
                 _check(name, row.pop(f"_{side}"), reference[side], f"{what} ({side})")
         if n <= plan.memory_upto and entries and row["build_s"] < MEMORY_BUILD_S:
+            make = CONTENDERS[name]
             row["bytes_per_entry"] = round(
                 _memory(lambda m=make: m(data.dims), entries) / len(entries)
             )
         run.log(f"  {name}: " + _metrics(row))
-        gc.collect()
+    built.clear()
+    gc.collect()
+
+
+def _skip(run: Run, row: dict, exc: OverBudget) -> None:
+    for key in [k for k in row if k.startswith("_")]:
+        del row[key]
+    row["skipped"] = f"over the {run.plan.budget_s:.0f} s budget: {exc}"
+    run.log(f"  {row['contender']}: skipped, {row['skipped']}")
 
 
 def _metrics(row: dict) -> str:
@@ -354,15 +377,7 @@ def _projected(run: Run, name: str, kind: str, n: int) -> float:
     return seconds * (n / prev_n) ** GROWTH.get(name, 1.0)
 
 
-def _measure(
-    run: Run,
-    row: dict,
-    c: Contender,
-    data: Data,
-    entries: list,
-    profiles: list,
-    reference: dict,
-) -> None:
+def _build(run: Run, row: dict, c: Contender, data: Data, entries: list, profiles: list) -> None:
     budget = run.plan.budget_s
     # A side's insert time includes the index work its inserts deferred
     # (`settle_*`), so that no query pays for the bulk load before it.
@@ -376,29 +391,34 @@ def _measure(
     row["build_s"] = round(t_sub + t_prof, 3)
     row["insert_per_s"] = _rate(len(entries), t_sub)
     row["insert_profile_per_s"] = _rate(len(profiles), t_prof)
-    batch = _batch(c)
-    t, answers = _timed_queries(
-        c.match_profiles, data.query_profiles, data.warm_profiles, batch, budget
+
+
+def _match_side_by_side(run: Run, built: dict[str, tuple[dict, Contender]], data: Data) -> None:
+    """Each side's passes taken in turn by every contender (one pass each,
+    then the next round), so that a slow spell of the machine (25% between
+    two processes of the same build here) falls on all of them, not on
+    whichever ran then: the ratios are what the table is for."""
+    sides = (
+        ("profiles", "match_profiles", data.query_profiles, data.warm_profiles),
+        ("filters", "match_subscriptions", data.query_filters, data.warm_filters),
     )
-    row["match_profile_per_s"], row["_profiles"] = _rate(1, t), answers
-    t, answers = _timed_queries(
-        c.match_subscriptions, data.query_filters, data.warm_filters, batch, budget
-    )
-    row["match_filter_per_s"], row["_filters"] = _rate(1, t), answers
-    row["_contender"] = c
+    for side, method, queries, warm in sides:
+        passes = {
+            name: _Passes(getattr(c, method), queries, warm, _batch(c))
+            for name, (_, c) in built.items()
+        }
+        for _ in range(PASSES):
+            for timed in passes.values():
+                timed.run(run.plan.budget_s)
+        for name, timed in passes.items():
+            row = built[name][0]
+            row[f"match_{side[:-1]}_per_s"] = _rate(1, timed.best)
+            row[f"_{side}"] = timed.answers
 
 
 def _deletions(
-    run: Run,
-    row: dict,
-    make: Callable,
-    data: Data,
-    entries: list,
-    profiles: list,
-    del_entries: list[int],
-    del_profiles: list[int],
+    run: Run, row: dict, c: Contender, data: Data, del_entries: list, del_profiles: list
 ) -> None:
-    c: Contender = row.pop("_contender")
     budget = run.plan.budget_s
     if del_entries:
         row["delete_per_s"] = _rate(len(del_entries), _timed(c.delete, del_entries, budget))

@@ -111,3 +111,38 @@ def test_quick_bench_runs_and_agrees(tmp_path, capsys) -> None:
     readme = (tmp_path / "README.md").read_text()
     assert "| target |" in readme and list(tmp_path.glob("*.png"))
     assert "MISMATCH" not in capsys.readouterr().err
+
+
+def test_matching_passes_alternate_between_contenders() -> None:
+    """Every contender's timed passes are taken in turn with the others', so a
+    slow spell of the machine falls on all of them alike."""
+    from types import SimpleNamespace
+
+    from benchmarks.bench_matcher import FULL, PASSES, Run, _match_side_by_side
+
+    calls: list[tuple[str, str]] = []
+
+    class Fake:
+        batched = True
+
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        def match_profiles(self, queries: list) -> list:
+            calls.append((self.name, "profiles"))
+            return [()] * len(queries)
+
+        def match_subscriptions(self, queries: list) -> list:
+            calls.append((self.name, "filters"))
+            return [()] * len(queries)
+
+    data = SimpleNamespace(
+        query_profiles=[1, 2], warm_profiles=[3], query_filters=[4], warm_filters=[5]
+    )
+    built = {name: ({"contender": name}, Fake(name)) for name in ("a", "b")}
+    _match_side_by_side(Run(FULL, print), built, data)
+    warm_then_passes = [("a", "profiles"), ("b", "profiles")] * (1 + PASSES)
+    warm_then_passes += [("a", "filters"), ("b", "filters")] * (1 + PASSES)
+    assert calls == warm_then_passes
+    assert built["a"][0]["match_profile_per_s"] > 0
+    assert built["b"][0]["_filters"] == [()]
