@@ -59,7 +59,8 @@ def spread_keys(space: str, cells: int, partitions: int, held: Collection[str] =
     first = partition_of(plain[0], partitions)
     names = []
     for cell, key in enumerate(plain):
-        kept = [k for k in held if k == key or k.startswith(f"{key}.")]
+        # (sorted: the plain key first, and the same choice on every start)
+        kept = sorted(k for k in held if k == key or k.startswith(f"{key}."))
         want = (first + cell) % partitions
         salt = 0
         while not kept and partition_of(key, partitions) != want:

@@ -79,3 +79,8 @@ def test_named_cells_route_and_parse() -> None:
     assert list(Sharding({"v": spec}).keys_for(record)) == ["v#0", "v#1"]
     with pytest.raises(ValueError, match="2 distinct cell keys"):
         Sharding({"v": spec}, {"v": ["v#0", "v#0"]})
+
+
+def test_a_cell_held_under_two_keys_keeps_the_plain_one() -> None:
+    held = {"uniform#1.2", "uniform#1"}
+    assert spread_keys("uniform", 2, 2, held=held) == ["uniform#0", "uniform#1"]
