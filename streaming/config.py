@@ -21,6 +21,10 @@ defaults), `[sharding.<space>]` (SEMANTICS §8 grid of a hot space) and
     [sharding.vehicles]
     attribute = "lat"
     cuts = [-30.0, 0.0, 30.0]           # or width, cells (and origin): an even grid
+
+A sharded space's cells run on different shuffle partitions, so up to
+`shuffle_partitions` of them at once: give it at least the number of cells
+(and of cores) when the checkpoint is new; see DESIGN.md on shard cells.
 """
 
 from __future__ import annotations
