@@ -195,22 +195,24 @@ class _Passes:
     """One contender's timed passes over one side's queries, taken in turn
     with the other contenders' (`_match_side_by_side`).
 
-    First, untimed, a batch of other queries (a few for a contender that
-    answers one at a time): a process's first large arrays cost their
-    first-touch page faults, 60 ms of a forest's 20 ms batch of 1000
-    nested profiles at 100k here, which a running job pays once, not per
-    batch. Then each pass answers the queries (as many batches as fit in the
-    budget, at least one), up to PASSES passes while they take under
-    REPEAT_S in all, and the quickest counts (as `timeit` does: the slower
-    ones are the machine's other work, not the contender's; ±20% between
-    passes of a 20 ms batch here)."""
+    Before every pass, untimed, a batch of other queries (a few for a
+    contender that answers one at a time): the first one pays a process's
+    first-touch page faults of its large arrays (60 ms of a forest's 20 ms
+    batch of 1000 nested profiles at 100k here), which a running job pays
+    once, not per batch; each one brings the contender's own structure back
+    into the caches that the other contenders' pass (and the collection
+    before this one) filled with theirs (a forest's nested 100k pass, cold,
+    took 1.8x as long). Then the pass answers the queries (as many batches
+    as fit in the budget, at least one), up to PASSES passes while they
+    take under REPEAT_S in all, and the quickest counts (as `timeit` does:
+    the slower ones are the machine's other work, not the contender's;
+    ±20% between passes of a 20 ms batch here)."""
 
     def __init__(
         self, match: Callable[[list], list[Keys]], queries: list, warm: list, batch: int
     ) -> None:
         self.match, self.queries, self.batch = match, queries, batch
-        for i in range(0, min(len(warm), batch if batch > 1 else WARM_SINGLE), batch):
-            match(warm[i : i + batch])
+        self.warm = warm[: batch if batch > 1 else WARM_SINGLE]
         self.best, self.spent, self.done = math.inf, 0.0, False
         self.answers: list[Keys] | None = None
 
@@ -218,8 +220,11 @@ class _Passes:
         """One pass, unless the contender is done."""
         if self.done:
             return
+        _collected()
+        for i in range(0, len(self.warm), self.batch):
+            self.match(self.warm[i : i + self.batch])
         got: list[Keys] = []
-        start = _collected()
+        start = _clock()
         for i in range(0, len(self.queries), self.batch):
             got += self.match(self.queries[i : i + self.batch])
             if _clock() - start > budget_s:

@@ -141,8 +141,9 @@ def test_matching_passes_alternate_between_contenders() -> None:
     )
     built = {name: ({"contender": name}, Fake(name)) for name in ("a", "b")}
     _match_side_by_side(Run(FULL, print), built, data)
-    warm_then_passes = [("a", "profiles"), ("b", "profiles")] * (1 + PASSES)
-    warm_then_passes += [("a", "filters"), ("b", "filters")] * (1 + PASSES)
-    assert calls == warm_then_passes
+    # each pass after its own warm-up batch, a then b, round after round
+    rounds = [[(name, side)] * 2 for side in ("profiles", "filters") for name in ("a", "b")]
+    profiles, filters = rounds[0] + rounds[1], rounds[2] + rounds[3]
+    assert calls == profiles * PASSES + filters * PASSES
     assert built["a"][0]["match_profile_per_s"] > 0
     assert built["b"][0]["_filters"] == [()]
