@@ -79,7 +79,7 @@ class Forest:
         # nodes (False while no `covers` subscription is held: saves work).
         self.need_covers = True
         # During a descent of filter queries: which columns each constrains.
-        self._plan: np.ndarray | None = None
+        self._plan: tuple[np.ndarray, np.ndarray] | None = None
 
     def __len__(self) -> int:
         return len(self.by_key)
@@ -580,17 +580,18 @@ def _hits(lo, hi, qs, q_lo, q_hi, plan) -> tuple[np.ndarray, np.ndarray]:
         # (a block's few boxes: per-chunk column unions cost less than sets)
         for start in range(0, len(qs), step):
             q = qs[start : start + step]
-            tested = _constrained(q_lo, q_hi, q, False) if plan is not None else range(lo.shape[0])
+            tested = _constrained(plan[1], q, False) if plan is not None else range(lo.shape[0])
             cells = _meet_cells(lo, hi, q, q_lo, q_hi, tested)
             rows.append(cells // n + start)
             cols.append(cells % n)
         return np.concatenate(rows), np.concatenate(cols)
-    s = plan[qs]
+    sig, used = plan
+    s = sig[qs]
     order = np.argsort(s, kind="stable")
     sets = (np.flatnonzero(np.diff(s[order])) + 1).tolist()
     for a, b in _packed(sets, len(qs), step):
         p = order[a:b]
-        cells = _meet_cells(lo, hi, qs[p], q_lo, q_hi, _constrained(q_lo, q_hi, qs[p], True))
+        cells = _meet_cells(lo, hi, qs[p], q_lo, q_hi, _constrained(used, qs[p], True))
         rows.append(p[cells // n])
         cols.append(cells % n)
     return np.concatenate(rows), np.concatenate(cols)
@@ -683,11 +684,12 @@ def _meet_cells(lo, hi, q, q_lo, q_hi, tested) -> np.ndarray:
     return cells[ok]
 
 
-def _constrained(q_lo: np.ndarray, q_hi: np.ndarray, qs: np.ndarray, by_use: bool) -> list[int]:
-    """The columns on which some of the queries `qs` is not (-inf, inf); `by_use`:
-    those that most of them constrain first (a matrix test then turns sparse,
-    and goes pair by pair, sooner; worth its sort against many boxes only)."""
-    used = (q_lo[:, qs] != -np.inf) | (q_hi[:, qs] != np.inf)
+def _constrained(constrains: np.ndarray, qs: np.ndarray, by_use: bool) -> list[int]:
+    """The columns on which some of the queries `qs` is not (-inf, inf), from the
+    plan's (column × query) mask; `by_use`: those that most of them constrain
+    first (a matrix test then turns sparse, and goes pair by pair, sooner;
+    worth its sort against many boxes only)."""
+    used = constrains[:, qs]
     if not by_use:
         return np.flatnonzero(used.any(axis=1)).tolist()
     uses = used.sum(axis=1)
@@ -695,11 +697,12 @@ def _constrained(q_lo: np.ndarray, q_hi: np.ndarray, qs: np.ndarray, by_use: boo
     return order[uses[order] > 0].tolist()
 
 
-def _column_plan(q_lo: np.ndarray, q_hi: np.ndarray) -> np.ndarray:
-    """Filter queries by the set of columns they constrain: a set id per query."""
+def _column_plan(q_lo: np.ndarray, q_hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Filter queries by the set of columns they constrain: (a set id per
+    query, the (column × query) mask of which columns each constrains)."""
     mask = (q_lo != -np.inf) | (q_hi != np.inf)
     _, sig = np.unique(mask.T, axis=0, return_inverse=True)
-    return sig.reshape(-1)
+    return sig.reshape(-1), mask
 
 
 class _Mirror:
