@@ -5,7 +5,7 @@ subscriptions, three contenders read the same topics and write through the
 same Kafka sink (`connectors.kafka_sink`):
 
 - `product`: the job (`streaming.job.matched_stream`);
-- `no-op`: the job's source, decode stage and `transformWithState` shape,
+- `no-op`: the job's source, decode stage and `transformWithStateInPandas` shape,
   with a processor that forwards each profile and keeps no state: the
   ceiling of this platform;
 - `native-join`: Spark's stream-stream inner join of subscriptions and
@@ -51,7 +51,8 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from pyspark.sql import DataFrame, Row, SparkSession
+import pandas as pd
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 from pyspark.sql.streaming.stateful_processor import TimerValues
 
@@ -141,12 +142,12 @@ class ForwardProcessor(StatefulProcessor):
         pass
 
     def handleInputRows(
-        self, key: tuple, rows: Iterator[Row], timerValues: TimerValues
-    ) -> Iterator[Row]:
+        self, key: tuple, rows: Iterator[pd.DataFrame], timerValues: TimerValues
+    ) -> Iterator[pd.DataFrame]:
         from connectors.kafka_sink import pack
 
-        values = [r.value for r in rows if r.kord == 1]
-        return iter(pack(self.out_topic, [None] * len(values), values))
+        frames = [frame[frame["kord"] == 1] for frame in rows]
+        return pack(self.out_topic, [(None, v) for f in frames for v in f["value"].tolist()])
 
     def close(self) -> None:
         pass
@@ -169,7 +170,7 @@ def noop_stream(spark: SparkSession, config: Any) -> DataFrame:
         DecodeStage(topics, build_sharding({})), DECODED_DDL
     )
     keyed = decoded.withWatermark("ets", "0 milliseconds").drop("ets")
-    return keyed.groupBy("skey").transformWithState(
+    return keyed.groupBy("skey").transformWithStateInPandas(
         ForwardProcessor(topics.matches), OUTPUT_DDL, outputMode="Append", timeMode="EventTime"
     )
 
@@ -772,7 +773,7 @@ def _section(result: dict, json_path: Path, plot: str) -> str:
             "# Pipeline benchmark",
             "",
             "The job (`product`) against a no-op pipeline with the same source, decode stage,",
-            "`transformWithState` shape and Kafka sink (the ceiling of this platform), and",
+            "`transformWithStateInPandas` shape and Kafka sink (the ceiling of this platform), and",
             "against Spark's stream-stream join of the same `overlaps` relation as range",
             "conditions (`native-join`), on the uniform workload without `kind` (4 numeric",
             "dimensions, long-lived subscriptions). profiles/s: a backlog of",

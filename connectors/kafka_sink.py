@@ -46,11 +46,11 @@ from __future__ import annotations
 import contextlib
 import itertools
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Any
 
+import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql import DataFrame, Row
+from pyspark.sql import DataFrame
 
 from connectors.config import SINK_COMMITS_TOPIC, confluent_config, producer_config
 
@@ -147,27 +147,44 @@ def foreach_batch_writer(
     return write
 
 
-class Packed(Row):
-    """A `PACKED_COLUMNS` row, made as a plain tuple and turned into the dict Spark
-    asks for (`asDict(True)`) directly, not by Row's field-by-field generality."""
+class Packer:
+    """One topic's records, `(key, value)`, handed on as `PACKED_COLUMNS` frames of
+    whole runs of `PACK_SIZE` as soon as they fill (`add`), the rest at the end
+    (`flush`): a stateful operator that yields them while it works gets its
+    output written to Kafka by the sink's task meanwhile, not after it ends."""
 
-    __fields__ = ["topic", "keys", "values"]
+    def __init__(self, topic: str) -> None:
+        self.topic = topic
+        self.count = 0  # records added
+        self._records: list[tuple[bytes | None, bytes]] = []
 
-    def __new__(cls, topic: str, keys: list[bytes | None], values: list[bytes]) -> Packed:
-        return tuple.__new__(cls, (topic, keys, values))
+    def add(self, records: list[tuple[bytes | None, bytes]]) -> Iterator[pd.DataFrame]:
+        self._records += records
+        self.count += len(records)
+        if len(self._records) >= PACK_SIZE:
+            yield self._frame(len(self._records) - len(self._records) % PACK_SIZE)
 
-    def asDict(self, recursive: bool = False) -> dict[str, Any]:  # noqa: ARG002 (flat)
-        return {"topic": self[0], "keys": self[1], "values": self[2]}
+    def flush(self) -> Iterator[pd.DataFrame]:
+        if self._records:
+            yield self._frame(len(self._records))
+
+    def _frame(self, cut: int) -> pd.DataFrame:
+        records, self._records = self._records[:cut], self._records[cut:]
+        runs = [records[i : i + PACK_SIZE] for i in range(0, cut, PACK_SIZE)]
+        return pd.DataFrame(
+            {
+                "topic": [self.topic] * len(runs),
+                "keys": [[k for k, _ in run] for run in runs],
+                "values": [[v for _, v in run] for run in runs],
+            }
+        )
 
 
-def pack(topic: str, keys: list[bytes | None], values: list[bytes]) -> list[Packed]:
-    """Records (`keys[i]`, `values[i]`) of one topic as `Packed` rows, in order."""
-    if len(keys) != len(values):
-        raise ValueError(f"{len(keys)} keys for {len(values)} values")
-    return [
-        Packed(topic, keys[i : i + PACK_SIZE], values[i : i + PACK_SIZE])
-        for i in range(0, len(values), PACK_SIZE)
-    ]
+def pack(topic: str, records: list[tuple[bytes | None, bytes]]) -> Iterator[pd.DataFrame]:
+    """Records of one topic as `PACKED_COLUMNS` frames, in order."""
+    packer = Packer(topic)
+    yield from packer.add(records)
+    yield from packer.flush()
 
 
 def _records(batch: pa.RecordBatch) -> Iterable[tuple[str, bytes | None, bytes]]:

@@ -169,17 +169,22 @@ class SpaceMatcher:
         of one kind as one batch against the forest (the other side does not
         change within such a run, except for expiries, which are honoured).
 
-        `apply_batch_ranked` without the ranks: the job's path, where a batch
-        of profiles makes tens of events per profile, none of them ranked."""
-        out: list[Any] = []
+        `apply_batch_ranked` without the ranks."""
+        return [event for events in self.iter_batch(records) for event in events]
+
+    def iter_batch(self, records: list[Record]) -> Iterator[list[Any]]:
+        """`apply_batch`, as each record's events (its expiries first) are made:
+        the job's path, which sends them on while it matches the rest (a batch
+        of profiles makes tens of events per profile, none of them ranked)."""
         for start, end in _runs(records):
             self._prefetch(records[start:end])
             for record in records[start:end]:
+                out = []
                 if self._expiry and self._expiry[0][0] < record.ts:
-                    out += self.expire(record.ts)
+                    out = self.expire(record.ts)
                 out += [e for _, e in self._events(record)]
+                yield out
             self._prefetched.clear()
-        return out
 
     def apply_batch_ranked(self, records: list[Record]) -> list[tuple[tuple, dict[str, Any]]]:
         """`apply_batch`, each event ranked by (record index, rank in `apply_ranked`)."""

@@ -1,9 +1,9 @@
-"""The streaming query: Kafka → decode → watermark → transformWithState → Kafka.
+"""The streaming query: Kafka → decode → watermark → transformWithStateInPandas → Kafka.
 
     read both input topics (one source)
       → DecodeStage (mapInArrow): a row per state key, or a dead-letter row
       → withWatermark(ets, lateness), then ets dropped (see below)
-      → groupBy(state key).transformWithState(MatchProcessor), event time
+      → groupBy(state key).transformWithStateInPandas(MatchProcessor), event time
       → foreachBatch: the connectors' Kafka sink (rows of packed topic, keys, values)
 
 Spark drops rows below the watermark before a stateful operator without a
@@ -27,6 +27,7 @@ from streaming.config import JobConfig
 
 ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 BatchWriter = Callable[[DataFrame, int], None]
+ARROW_BATCH_BYTES = 1 << 20  # see session_settings
 
 
 def session_settings(config: JobConfig) -> dict[str, str]:
@@ -37,6 +38,10 @@ def session_settings(config: JobConfig) -> dict[str, str]:
         "spark.pyspark.python": sys.executable,
         "spark.pyspark.driver.python": sys.executable,
         "spark.sql.session.timeZone": "UTC",
+        # Arrow batches into a Python stage are cut at this size too: the sink's
+        # task then gets each packed run of match records (about 1 MB) as soon as
+        # the operator yields it, and writes it while the operator makes the next.
+        "spark.sql.execution.arrow.maxBytesPerBatch": str(ARROW_BATCH_BYTES),
     }
 
 
@@ -92,7 +97,7 @@ def matched_stream(spark: SparkSession, config: JobConfig, metrics: Any) -> Data
     decoded = raw.select(*INPUT_COLUMNS).mapInArrow(DecodeStage(topics, sharding), DECODED_DDL)
     keyed = decoded.withWatermark("ets", f"{config.lateness_ms} milliseconds").drop("ets")
     processor = MatchProcessor(topics, sharding, config.lateness_ms, config.snapshot_every, metrics)
-    return keyed.groupBy("skey").transformWithState(
+    return keyed.groupBy("skey").transformWithStateInPandas(
         processor, OUTPUT_DDL, outputMode="Append", timeMode="EventTime"
     )
 

@@ -44,14 +44,15 @@ import gc
 import json
 import random
 from collections.abc import Iterator
+from operator import itemgetter
 from typing import Any
 
-from pyspark.sql import Row
+import pandas as pd
 from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 from pyspark.sql.streaming.stateful_processor import ExpiredTimerInfo, TimerValues
 
 from connectors.config import Topics
-from connectors.kafka_sink import pack
+from connectors.kafka_sink import Packer, pack
 from matcher.engine import SpaceMatcher, late_reason
 from matcher.events import MatchWriter, encode
 from matcher.records import Source, dead_letter, decode, from_state, to_state
@@ -63,6 +64,8 @@ from streaming.state_cache import dump_snapshot, load_snapshot
 # connectors.kafka_sink.PACKED_COLUMNS: a batch's records in runs of PACK_SIZE a row
 OUTPUT_DDL = "topic string, keys array<binary>, values array<binary>"
 _KINDS = {order: kind for kind, order in KIND_ORDER.items()}
+_ROW_COLUMNS = ("ts", "kord", "part", "off", "topic", "ktime", "value")
+_ORDER = itemgetter(0, 1, 2, 3)
 BATCH_KIND = "changes"  # the `log` key kind of a batch's changes
 SNAPSHOT_KIND = "snapshot"  # the `log` key kind of the snapshot's version token
 LOG_SHARE = 4  # compact when the log holds over 1/LOG_SHARE of the held records (and more)
@@ -82,13 +85,28 @@ def _freeze_heap() -> None:
     gc.freeze()
 
 
-def _gc_after(rows: list[Row]) -> Iterator[Row]:
-    """`rows`, then the cyclic GC back on (off while a batch makes and Spark reads
-    its rows: reference counting frees all of their garbage, they make no cycles)."""
+def _gc_off(frames: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+    """`frames`, made with the cyclic GC off (reference counting frees all the
+    garbage of a batch: its records make no cycles), and back on after."""
+    if not gc.isenabled():  # (an earlier key's frames were not read to the end)
+        yield from frames
+        return
+    _freeze_heap()
+    gc.disable()
     try:
-        yield from rows
+        yield from frames
     finally:
         gc.enable()
+
+
+def _rows(frames: Iterator[pd.DataFrame]) -> list[tuple]:
+    """A key's input rows as `(ts, kord, part, off, topic, ktime, value)`, in the
+    order of SEMANTICS §5 (ts, then subscriptions first, then topic position)."""
+    columns: list[list] = [[] for _ in _ROW_COLUMNS]
+    for frame in frames:
+        for column, name in zip(columns, _ROW_COLUMNS, strict=True):
+            column += frame[name].tolist()
+    return sorted(zip(*columns, strict=True), key=_ORDER)
 
 
 def _replay(matcher: Any, changes: list) -> None:
@@ -97,7 +115,12 @@ def _replay(matcher: Any, changes: list) -> None:
 
 
 class MatchProcessor(StatefulProcessor):
-    """Per key: order the batch (SEMANTICS §5), apply, persist changes, keep one timer."""
+    """Per key: order the batch (SEMANTICS §5), apply, persist changes, keep one timer.
+
+    The operator is `transformWithStateInPandas`: its output frames go on to the
+    sink as they are yielded, so the sink's task writes the first match records
+    to Kafka while this one still makes the rest (the Row API converts a key's
+    whole output after the handler returns)."""
 
     def __init__(
         self,
@@ -123,58 +146,54 @@ class MatchProcessor(StatefulProcessor):
         self.log = handle.getMapState("log", "kind string, id string", "rec string")
 
     def handleInputRows(
-        self, key: tuple, rows: Iterator[Row], timerValues: TimerValues
-    ) -> Iterator[Row]:
+        self, key: tuple, rows: Iterator[pd.DataFrame], timerValues: TimerValues
+    ) -> Iterator[pd.DataFrame]:
         skey = key[0]
         if skey == DEAD_LETTER_KEY:
-            values = [r.value for r in rows]
+            values = [v for frame in rows for v in frame["value"].tolist()]
             self.metrics.add({"dead_letters": len(values)})
-            return iter(pack(self.deadletter_topic, [None] * len(values), values))
-        if not gc.isenabled():  # (an earlier key's rows were not read to the end)
-            return iter(self._handle(skey, rows, timerValues))
-        _freeze_heap()
-        gc.disable()
-        try:
-            out = self._handle(skey, rows, timerValues)
-        except BaseException:
-            gc.enable()
-            raise
-        return _gc_after(out)
+            return pack(self.deadletter_topic, [(None, v) for v in values])
+        return _gc_off(self._handle(skey, _rows(rows), timerValues))
 
-    def _handle(self, skey: str, rows: Iterator[Row], timerValues: TimerValues) -> list[Row]:
+    def _handle(
+        self, skey: str, rows: list[tuple], timerValues: TimerValues
+    ) -> Iterator[pd.DataFrame]:
         watermark = timerValues.getCurrentWatermarkInMs()
-        rows = sorted(rows, key=lambda r: (r.ts, r.kord, r.part, r.off))
         counts = {"keys": 1, "rows": len(rows)}
         matcher, meta = self._matcher(skey, counts)
         late, batch = [], []
-        for row in rows:
-            source = Source(topic=row.topic, partition=row.part, offset=row.off)
-            if row.ts < watermark:
-                reason = late_reason(row.ts, watermark, self.lateness_ms)
-                late.append(dead_letter(reason, row.value, source))
+        for ts, kord, part, off, topic, ktime, value in rows:
+            source = Source(topic=topic, partition=part, offset=off)
+            if ts < watermark:
+                reason = late_reason(ts, watermark, self.lateness_ms)
+                late.append((None, encode(dead_letter(reason, value, source))))
                 continue
-            batch.append(decode(_KINDS[row.kord], row.value, source, fallback_ts=row.ktime))
+            ktime = None if ktime != ktime else int(ktime)  # (NaN: no Kafka timestamp)
+            batch.append(decode(_KINDS[kord], value, source, fallback_ts=ktime))
+        out = Packer(self.matches_topic)
         with matcher.writing(MatchWriter(matcher.space)):
-            records = matcher.expire(watermark)
-            records.extend(matcher.apply_batch(batch))
-        counts["late"] = len(late)
-        counts["dead_letters"] = len(late)
-        out = self._save(skey, matcher, meta, records, counts)
-        out.extend(self._dead_letters(late))
-        return out
+            yield from out.add(matcher.expire(watermark))
+            for events in matcher.iter_batch(batch):
+                yield from out.add(events)
+        yield from out.flush()
+        counts["late"] = counts["dead_letters"] = len(late)
+        self._save(skey, matcher, meta, out.count, counts)
+        yield from pack(self.deadletter_topic, late)
 
     def handleExpiredTimer(
         self, key: tuple, timerValues: TimerValues, expiredTimerInfo: ExpiredTimerInfo
-    ) -> Iterator[Row]:
-        skey = key[0]
-        _freeze_heap()
+    ) -> Iterator[pd.DataFrame]:
+        return _gc_off(self._expire(key[0], timerValues))
+
+    def _expire(self, skey: str, timerValues: TimerValues) -> Iterator[pd.DataFrame]:
         counts = {"timers": 1}
         meta = self._meta()
         meta["timer"] = None  # Spark deletes the timer that fired
         matcher, meta = self._matcher(skey, counts, meta)
         with matcher.writing(MatchWriter(matcher.space)):
             records = matcher.expire(timerValues.getCurrentWatermarkInMs())
-        return iter(self._save(skey, matcher, meta, records, counts))
+        yield from pack(self.matches_topic, records)
+        self._save(skey, matcher, meta, len(records), counts)
 
     def close(self) -> None:
         pass
@@ -262,11 +281,11 @@ class MatchProcessor(StatefulProcessor):
         skey: str,
         matcher: Any,
         meta: dict,
-        records: list[tuple[bytes, bytes]],
+        matches: int,
         counts: dict,
-    ) -> list[Row]:
-        """Persist the held-set changes, move the timer, cache the matcher, emit the
-        match records (`MatchWriter`'s key and value)."""
+    ) -> None:
+        """Persist the held-set changes, move the timer, cache the matcher, count
+        the batch (`matches`: the match records it made)."""
         changes = matcher.drain_changes()
         if changes or meta["token"] is None:
             meta["token"] = random.getrandbits(62)
@@ -295,9 +314,8 @@ class MatchProcessor(StatefulProcessor):
             state_cache.put(skey, meta["token"], meta["log_len"], matcher)
         counts["subscriptions"] += len(matcher.subs)
         counts["profiles"] += len(matcher.profiles)
-        counts["matches"] = len(records)
+        counts["matches"] = matches
         self.metrics.add(counts)
-        return pack(self.matches_topic, [k for k, _ in records], [v for _, v in records])
 
     def _move_timer(self, matcher: Any, meta: dict) -> None:
         expiry = matcher.next_expiry()
@@ -309,6 +327,3 @@ class MatchProcessor(StatefulProcessor):
         if wanted is not None:
             self.handle.registerTimer(wanted)
         meta["timer"] = wanted
-
-    def _dead_letters(self, letters: list[dict]) -> list[Row]:
-        return pack(self.deadletter_topic, [None] * len(letters), [encode(d) for d in letters])

@@ -7,12 +7,12 @@ import dataclasses
 import gc
 import json
 
+import pandas as pd
 import pyarrow as pa
-import pytest
 import zstandard
 
 from benchmarks.workloads import generate
-from connectors.kafka_sink import PACK_SIZE, pack
+from connectors.kafka_sink import PACK_SIZE, Packer, pack
 from connectors.kafka_sink import _records as sink_records
 from matcher.engine import Held, SpaceMatcher
 from matcher.events import MatchWriter, encode, event_dict
@@ -117,30 +117,29 @@ def test_match_writer_takes_the_generic_path_for_unusual_times():
         assert writer("match", "changed", sub, p, ts) == (sub.record.subscriber.encode(), expected)
 
 
-def test_output_rows_pack_records_in_order():
+def test_output_frames_pack_records_in_order():
     keys = [f"k{i}".encode() if i % 3 else None for i in range(2 * PACK_SIZE + 5)]
     values = [f"v{i}".encode() for i in range(len(keys))]
-    rows = pack("t", keys, values)
-    assert [len(r.values) for r in rows] == [PACK_SIZE, PACK_SIZE, 5]
-    assert [k for r in rows for k in r.keys] == keys
-    assert [v for r in rows for v in r.asDict(True)["values"]] == values
-    assert {r.topic for r in rows} == {"t"} and pack("t", [], []) == []
-    assert rows[0].asDict(True) == {"topic": "t", "keys": rows[0][1], "values": rows[0][2]}
-    batch = pa.RecordBatch.from_pylist(
-        [r.asDict(True) for r in rows + pack("u", [b"x"], [b"y"])],
-        schema=pa.schema(
-            [
-                ("topic", pa.string()),
-                ("keys", pa.list_(pa.binary())),
-                ("values", pa.list_(pa.binary())),
-            ]
-        ),
+    records = list(zip(keys, values, strict=True))
+    packer, frames = Packer("t"), []
+    for i in range(0, len(records), 1000):  # a frame as soon as whole runs fill
+        frames += list(packer.add(records[i : i + 1000]))
+        assert (
+            sum(len(v) for f in frames for v in f["values"]) == (i + 1000) // PACK_SIZE * PACK_SIZE
+        )
+    frames += list(packer.flush())
+    assert packer.count == len(records) and list(packer.flush()) == []
+    assert [len(v) for f in frames for v in f["values"]] == [PACK_SIZE, PACK_SIZE, 5]
+    assert [k for f in frames for ks in f["keys"] for k in ks] == keys
+    assert {t for f in frames for t in f["topic"]} == {"t"} and list(pack("t", [])) == []
+    schema = pa.schema(
+        [("topic", pa.string()), ("keys", pa.list_(pa.binary())), ("values", pa.list_(pa.binary()))]
     )
-    assert list(sink_records(batch)) == [("t", *kv) for kv in zip(keys, values, strict=True)] + [
+    frames += list(pack("u", [(b"x", b"y")]))
+    batches = [pa.RecordBatch.from_pandas(f, schema=schema, preserve_index=False) for f in frames]
+    assert [r for b in batches for r in sink_records(b)] == [("t", *kv) for kv in records] + [
         ("u", b"x", b"y")
     ]
-    with pytest.raises(ValueError):
-        pack("t", [None], [])
 
 
 # -- the processor on fake state -----------------------------------------------------------
@@ -218,8 +217,6 @@ def test_processor_state_rebuilds_to_the_same_matches():
     import copy
     import random
 
-    from pyspark.sql import Row
-
     from connectors.config import Topics
     from streaming import state_cache
     from streaming.decode_stage import KIND_ORDER, build_sharding
@@ -243,28 +240,30 @@ def test_processor_state_rebuilds_to_the_same_matches():
     try:
         for index, (kind, rows) in enumerate(batches):
             topic = "s" if kind == "subscription" else "p"
-            spark_rows = [
-                Row(
-                    ts=r["ts"],
-                    kord=KIND_ORDER[kind],
-                    topic=topic,
-                    part=0,
-                    off=i,
-                    ktime=0,
-                    value=json.dumps(r).encode(),
-                )
-                for i, r in enumerate(rows)
-            ]
+            frame = pd.DataFrame(
+                {
+                    "ts": [r["ts"] for r in rows],
+                    "kord": KIND_ORDER[kind],
+                    "topic": topic,
+                    "part": 0,
+                    "off": range(len(rows)),
+                    "ktime": 0,
+                    "value": [json.dumps(r).encode() for r in rows],
+                }
+            )
+            halves = (frame.iloc[: len(rows) // 2], frame.iloc[len(rows) // 2 :])
             if index == 5:  # an attempt whose state is not committed
                 saved = copy.deepcopy(handle.states)
                 state_cache._entries = workers[0]
-                list(processor.handleInputRows((space,), iter(spark_rows), _Timer(0)))
+                list(processor.handleInputRows((space,), iter(halves), _Timer(0)))
                 for name, state in saved.items():
                     handle.states[name].__dict__.update(state.__dict__)
             state_cache._entries = workers[pick.randrange(2)]
-            out = list(processor.handleInputRows((space,), iter(spark_rows), _Timer(0)))
+            out = list(processor.handleInputRows((space,), iter(halves), _Timer(0)))
             expected = reference.apply_batch(_records(kind, rows, topic))
-            assert [v for r in out for v in r.values] == [encode(e) for e in expected]
+            assert [v for f in out for vs in f["values"] for v in vs] == [
+                encode(e) for e in expected
+            ]
     finally:
         state_cache._entries = state_cache._entries.__class__()
     seen = {k for counts in metrics.seen for k in counts}
