@@ -25,6 +25,9 @@ defaults), `[sharding.<space>]` (SEMANTICS §8 grid of a hot space) and
 A sharded space's cells run on different shuffle partitions, so up to
 `shuffle_partitions` of them at once: give it at least the number of cells
 (and of cores) when the checkpoint is new; see DESIGN.md on shard cells.
+The cuts are fixed by the checkpoint too: `tsm run` refuses to start a
+checkpoint that holds state under other `[sharding]` tables
+(`streaming.checkpoint_guard`).
 """
 
 from __future__ import annotations

@@ -73,6 +73,7 @@ def matched_stream(spark: SparkSession, config: JobConfig, metrics: Any) -> Data
     """The output rows of the job, before the sink: `topic, keys, values`, each row a
     run of records (`connectors.kafka_sink.PACKED_COLUMNS`)."""
     from connectors.kafka_source import read_stream
+    from streaming.checkpoint_guard import check_sharding
     from streaming.decode_stage import DECODED_DDL, INPUT_COLUMNS, DecodeStage, build_sharding
     from streaming.processor import OUTPUT_DDL, MatchProcessor
     from streaming.state_reader import held_keys
@@ -85,6 +86,7 @@ def matched_stream(spark: SparkSession, config: JobConfig, metrics: Any) -> Data
     topics = config.topics
     held = held_keys(spark, config.checkpoint) if config.sharding else ()
     sharding = build_sharding(config.sharding, config.shuffle_partitions, held)
+    check_sharding(config.checkpoint, sharding)
     raw = read_stream(
         spark,
         config.bootstrap,

@@ -6,10 +6,15 @@ from pathlib import Path
 from typing import Any
 
 
+def has_commits(checkpoint: str) -> bool:
+    """Whether the query of this checkpoint has committed a batch (and so holds state)."""
+    return any(Path(checkpoint, "commits").glob("[0-9]*"))
+
+
 def committed_state(spark: Any, checkpoint: str, var: str) -> Any:
     """One of the processor's state variables as a DataFrame (`key`, `value`, ...),
     or None while the checkpoint has no committed batch."""
-    if not any(Path(checkpoint, "commits").glob("[0-9]*")):
+    if not has_commits(checkpoint):
         return None
     return spark.read.format("statestore").option("stateVarName", var).load(checkpoint)
 

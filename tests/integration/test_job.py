@@ -22,6 +22,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -33,6 +34,7 @@ from matcher.engine import Engine, Input
 from matcher.events import encode
 from matcher.records import Source
 from matcher.sharding import cell_keys
+from streaming.checkpoint_guard import ShardingChanged
 from streaming.config import JobConfig
 from streaming.placement import partition_of, spark_hash, spread_keys
 from streaming.state_reader import committed_state
@@ -373,6 +375,9 @@ def test_cells_keep_their_state_keys_across_restart(
     want = expected([inputs_of(bootstrap, topics)])
     assert triples(got["matches"]) == triples(want["matches"])
     assert sum(got["matches"].values()) == sum(want["matches"].values())
+    recut = replace(config, sharding={"a": {"attribute": "x", "width": 20, "cells": 5}})
+    with pytest.raises(ShardingChanged, match="a on x at 25, 50, 75"):  # (before any read)
+        run_in_process(spark, recut)
 
 
 def test_kafka_python_clients(spark, bootstrap, new_topic, tmp_path):
