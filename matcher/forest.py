@@ -24,6 +24,8 @@ CHUNK = 1 << 18  # (query × child) matrix cells tested at once
 BLOCKED = 4096  # a child list this long is also indexed by sorted blocks
 BLOCK = 512  # children per block
 SPARSE = 32  # a (query × box) matrix under 1/32 true: the rest is tested pair by pair
+POINT_SHARE = 8  # a filter whose narrowest column range holds under 1/8 of a point list's
+# boxes tests only those (`_Points`), not the whole list
 # (a pair costs 4 gathers a column, about what 20-30 cells of a matrix cost)
 FEW = 4096  # boxes tested in one matrix op; more, column by column on the survivors
 SETTLED = 16384  # a child list this long is kept in blocks by inserts too
@@ -114,11 +116,15 @@ class Forest:
         with: mirror every long child list and sort those that need it into
         blocks. The last step of a bulk load, so that a load's cost is not
         paid by its first batch of queries (1.7x the time of the next one
-        for 1000 filters against 100k nested profiles)."""
+        for 1000 filters against 100k nested profiles), nor hidden from a
+        benchmark's insert rate."""
         self._sync_columns()
         for node in np.flatnonzero(self.children.count >= WIDE).tolist():
             self._bounds_of_kids(node)
-            self._wide[node].blocks(lambda order, node=node: self.children.reorder(node, order))
+            mirror = self._wide[node]
+            if not mirror.blocks(lambda order, node=node: self.children.reorder(node, order)):
+                if mirror.n >= BLOCKED:
+                    mirror.points()  # (a list of points without blocks: its sorted columns)
 
     def roots(self) -> np.ndarray:
         return self.children.items(ROOT).copy()
@@ -441,7 +447,13 @@ class Forest:
                 rows.append(part[r])
                 cols.append(k + a)
         tail = blocks * mirror.block if blocks else 0
-        r, k = _hits(lo[:, tail:], hi[:, tail:], qs, q_lo, q_hi, self._plan)
+        points = mirror.points() if qaf and mirror and not blocks and len(kids) >= BLOCKED else None
+        if points is None:
+            r, k = _hits(lo[:, tail:], hi[:, tail:], qs, q_lo, q_hi, self._plan)
+        else:
+            r, k, rest = points.hits(lo, qs, q_lo, q_hi, self._plan[1])
+            r2, k2 = _hits(lo, hi, qs[rest], q_lo, q_hi, self._plan)
+            r, k = np.concatenate([r, rest[r2]]), np.concatenate([k, k2])
         if inherited:
             r, k = _with_all(r, k, np.flatnonzero(inherit), len(kids) - tail)
         rows.append(r)
@@ -740,6 +752,7 @@ class _Mirror:
         "block",
         "tried",
         "widened",
+        "pts",
     )
 
     def __init__(self, lo: np.ndarray, hi: np.ndarray) -> None:
@@ -752,8 +765,18 @@ class _Mirror:
         self.block = BLOCK
         self.blo = self.bhi = self.ilo = self.ihi = np.empty((lo.shape[0], 0))
         self.runs: list[int] = []  # the first block of each sorted run
+        self.pts: _Points | bool | None = None  # None: not built since the list changed
+
+    def points(self) -> _Points | None:
+        """The list's sorted columns if every box is a point (or lacks the
+        column), built once per version of the list; else None."""
+        if self.pts is None:
+            lo, hi = self.lo[:, : self.n], self.hi[:, : self.n]
+            self.pts = _Points(lo) if ((lo == hi) | (lo > hi)).all() else False
+        return self.pts or None
 
     def append(self, lo: np.ndarray, hi: np.ndarray) -> None:
+        self.pts = None
         if self.n == self.lo.shape[1]:
             self.lo = np.hstack([self.lo, np.empty_like(self.lo)])
             self.hi = np.hstack([self.hi, np.empty_like(self.hi)])
@@ -761,6 +784,7 @@ class _Mirror:
         self.n += 1
 
     def swap_remove(self, index: int) -> None:
+        self.pts = None
         self.n -= 1
         self.tried = min(self.tried, self.n)
         self.lo[:, index], self.hi[:, index] = self.lo[:, self.n], self.hi[:, self.n]
@@ -793,6 +817,7 @@ class _Mirror:
 
     def swap(self, i: int, j: int) -> None:
         """Exchange two children of the unsorted tail."""
+        self.pts = None
         self.lo[:, [i, j]], self.hi[:, [i, j]] = self.lo[:, [j, i]], self.hi[:, [j, i]]
 
     def settle(self, reorder: Callable[[np.ndarray, int], None]) -> None:
@@ -850,6 +875,7 @@ class _Mirror:
             self.nblocks = first
             return
         reorder(order, at)
+        self.pts = None
         self.lo[:, at:n], self.hi[:, at:n] = lo[:, order], hi[:, order]
         self.nblocks = n // size
         if self.nblocks > first:
@@ -861,6 +887,64 @@ class _Mirror:
         self.bhi = np.hstack([self.bhi[:, :first], new_hi.max(axis=2)])
         self.ilo = np.hstack([self.ilo[:, :first], new_lo.max(axis=2)])
         self.ihi = np.hstack([self.ihi[:, :first], new_hi.min(axis=2)])
+
+
+class _Points:
+    """The columns of a list of point boxes (a missing column is [inf, -inf]),
+    each sorted: a filter's range on a column is a run of this order
+    (`searchsorted`), and its narrowest run is all it needs to test, on its
+    other columns, instead of the whole list. Notifications are points in the
+    thesis's and Siena's workloads, where no covering relates them and the
+    list is flat: at 100k siena profiles a filter's narrowest run holds 2.5%
+    of them on average."""
+
+    __slots__ = ("order", "values", "present")
+
+    def __init__(self, lo: np.ndarray) -> None:
+        self.order = np.argsort(lo, axis=1, kind="stable")
+        self.values = np.take_along_axis(lo, self.order, axis=1)
+        self.present = np.isfinite(self.values).sum(axis=1).tolist()  # (missing: inf, last)
+
+    def hits(self, lo, qs, q_lo, q_hi, constrains) -> tuple[np.ndarray, ...]:
+        """(index into `qs`, box) of every pair that meets, for the filters
+        whose narrowest run is under 1/POINT_SHARE of the list, and the
+        indices into `qs` of the others (a scan serves them better)."""
+        n = lo.shape[1]
+        used = constrains[:, qs]
+        cols = np.flatnonzero(used.any(axis=1))
+        start = np.zeros((len(cols), len(qs)), dtype=np.int64)
+        count = np.full((len(cols), len(qs)), n, dtype=np.int64)
+        for i, col in enumerate(cols.tolist()):
+            j = np.flatnonzero(used[col])
+            values = self.values[col, : self.present[col]]
+            start[i, j] = np.searchsorted(values, q_lo[col, qs[j]], "left")
+            count[i, j] = np.searchsorted(values, q_hi[col, qs[j]], "right") - start[i, j]
+        if not len(cols):
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), np.arange(len(qs))
+        best = count.argmin(axis=0)
+        every = np.arange(len(qs))
+        runs, starts = count[best, every], start[best, every]
+        taken = np.flatnonzero(runs * POINT_SHARE < n)
+        runs, chosen = runs[taken], cols[best[taken]]
+        rq = np.repeat(taken, runs)
+        pos = self.order[np.repeat(chosen, runs), _run_positions(starts[taken], runs)]
+        begins = np.cumsum(runs) - runs  # each filter's pairs, in `rq` order
+        ok = np.ones(len(rq), dtype=bool)
+        for col in cols.tolist():  # each on the pairs of the filters it constrains but
+            which = np.flatnonzero(used[col, taken] & (chosen != col))  # did not choose
+            sel = _run_positions(begins[which], runs[which])
+            v, q = lo[col, pos[sel]], np.repeat(qs[taken[which]], runs[which])
+            ok[sel] &= (q_lo[col, q] <= v) & (v <= q_hi[col, q]) & (v < np.inf)  # (missing: inf)
+        scanned = np.ones(len(qs), dtype=bool)
+        scanned[taken] = False
+        return rq[ok], pos[ok], np.flatnonzero(scanned)
+
+
+def _run_positions(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """The positions of runs (start, length), concatenated."""
+    ends = np.cumsum(lengths)
+    total = int(ends[-1]) if len(ends) else 0
+    return np.repeat(starts - (ends - lengths), lengths) + np.arange(total)
 
 
 def _tiled_order(lo: np.ndarray, hi: np.ndarray, size: int) -> np.ndarray | None:

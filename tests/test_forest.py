@@ -274,7 +274,11 @@ def _probe(df, subs, profiles, probes) -> None:
     grouped = df.match_profiles_grouped(queries, [(0, OPEN)] * len(queries))
     assert {(q, s) for q, found in enumerate(grouped) for s in found.tolist()} == want
     assert sum(map(len, grouped)) == len(want)
-    filters = [(conj(_box_filter(b)), covers) for b, covers in probes]
+    _probe_filters(df, profiles, [(conj(_box_filter(b)), covers) for b, covers in probes])
+
+
+def _probe_filters(df, profiles, filters) -> None:
+    """`match_subscriptions` of (conjunction, covers?) against held profiles, as brute force."""
     qi, slots = df.match_subscriptions([([c], cov, 0, OPEN) for c, cov in filters])
     want = {
         (q, s)
@@ -350,6 +354,22 @@ def test_grouped_answers_of_popular_nodes() -> None:
     assert any(want) and not all(want)
 
 
+def _drawn_filters(data, max_boxes: int):
+    """A random generator, a box count, and filter queries over 1-5 columns:
+    (q_lo, q_hi, which bounds are open, the queries asked)."""
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
+    columns, n, m = (
+        data.draw(st.integers(1, 5)),
+        data.draw(st.integers(1, max_boxes)),
+        data.draw(st.integers(1, 30)),
+    )
+    q_lo = rng.integers(0, 10, (columns, m)).astype(float)
+    q_hi = q_lo + rng.integers(0, 4, (columns, m))
+    open_ = rng.random((columns, m)) < data.draw(st.sampled_from([0.0, 0.3, 0.7, 1.0]))
+    q_lo[open_], q_hi[open_] = -np.inf, np.inf
+    return rng, n, (q_lo, q_hi, open_, rng.permutation(m)[: data.draw(st.integers(1, m))])
+
+
 @settings(max_examples=200, deadline=None, print_blob=True)
 @given(st.data())
 def test_filter_queries_meet_every_box_they_meet_whatever_the_chunks(data):
@@ -357,19 +377,9 @@ def test_filter_queries_meet_every_box_they_meet_whatever_the_chunks(data):
     against a list of boxes, for every chunk size and both list paths: the pairs
     of a brute-force test, each once. Chunks of the long path pack whole sets
     of same-column queries, their columns united."""
-    rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
-    columns, n, m = (
-        data.draw(st.integers(1, 5)),
-        data.draw(st.integers(1, 40)),
-        data.draw(st.integers(1, 30)),
-    )
-    lo = rng.integers(0, 10, (columns, n)).astype(float)
-    hi = lo + rng.integers(0, 4, (columns, n))
-    q_lo = rng.integers(0, 10, (columns, m)).astype(float)
-    q_hi = q_lo + rng.integers(0, 4, (columns, m))
-    open_ = rng.random((columns, m)) < data.draw(st.sampled_from([0.0, 0.3, 0.7, 1.0]))
-    q_lo[open_], q_hi[open_] = -np.inf, np.inf
-    qs = rng.permutation(m)[: data.draw(st.integers(1, m))]
+    rng, n, (q_lo, q_hi, open_, qs) = _drawn_filters(data, 40)
+    lo = rng.integers(0, 10, (q_lo.shape[0], n)).astype(float)
+    hi = lo + rng.integers(0, 4, (q_lo.shape[0], n))
     tuning = {"CHUNK": data.draw(st.integers(1, 80)), "BLOCKED": data.draw(st.integers(1, 50))}
     with patch.multiple(forest_module, **tuning):
         r, k = forest_module._hits(lo, hi, qs, q_lo, q_hi, forest_module._column_plan(q_lo, q_hi))
@@ -390,3 +400,70 @@ def test_chunks_hold_whole_sets_where_they_fit(sizes, step):
     for start, end in zip([0, *cuts], [*cuts, n], strict=True):
         if 0 < end - start <= step:  # a set that fits a chunk is not cut
             assert any(a <= start and end <= b for a, b in chunks)
+
+
+@settings(max_examples=200, deadline=None, print_blob=True)
+@given(st.data())
+def test_point_lists_give_filters_the_pairs_a_scan_gives(data):
+    """`_Points.hits` on a list of point boxes, some columns missing ([inf, -inf]):
+    the pairs of the filters it takes (their narrowest column run, tested on
+    their other columns) plus a brute-force test of the ones it leaves are the
+    pairs of a brute-force test of all, each once."""
+    rng, n, (q_lo, q_hi, open_, qs) = _drawn_filters(data, 60)
+    lo = rng.integers(0, 10, (q_lo.shape[0], n)).astype(float)
+    hi = lo.copy()
+    missing = rng.random(lo.shape) < data.draw(st.sampled_from([0.0, 0.5, 0.9]))
+    lo[missing], hi[missing] = np.inf, -np.inf
+    q_hi[(rng.random(q_hi.shape) < 0.2) & ~open_] = np.inf  # (x > a: open above)
+    share = data.draw(st.sampled_from([1, 2, 8, 10**6]))
+    with patch.multiple(forest_module, POINT_SHARE=share):
+        r, k, rest = forest_module._Points(lo).hits(
+            lo, qs, q_lo, q_hi, (q_lo > -np.inf) | (q_hi < np.inf)
+        )
+    meet = (q_lo[:, :, None] <= hi[:, None, :]) & (lo[:, None, :] <= q_hi[:, :, None])
+    got = list(zip(qs[r].tolist(), k.tolist(), strict=True))
+    taken = set(qs.tolist()) - set(qs[rest].tolist())
+    expected = {(int(q), b) for q in taken for b in range(n) if meet[:, q, b].all()}
+    assert len(got) == len(set(got)) and set(got) == expected
+    assert len(set(rest.tolist())) == len(rest) and set(qs[rest].tolist()) | taken == set(
+        qs.tolist()
+    )
+
+
+POINT = st.dictionaries(st.sampled_from("xyz"), st.integers(0, 12), min_size=1)
+RANGES = st.dictionaries(
+    st.sampled_from("xyz"),
+    st.tuples(st.integers(0, 12), st.integers(0, 6)).map(lambda t: (t[0], t[0] + t[1])),
+    min_size=1,
+)
+
+
+# Point profiles that lack some attributes, under the tiny layout with no
+# column sortable into blocks: filters take their candidates from the root
+# list's sorted columns, which inserts and removals between the probes change.
+@settings(max_examples=40, deadline=None, print_blob=True)
+@given(
+    st.lists(
+        st.tuples(st.sampled_from("ppP"), POINT, st.integers(0, 1000)), min_size=30, max_size=120
+    ),
+    st.lists(st.tuples(RANGES, st.booleans()), min_size=1, max_size=6),
+    st.sampled_from([1, 2, 10**6]),
+)
+def test_point_profiles_match_filters_like_brute_force(steps, probes, share):
+    with layouts.lists(True), patch.multiple(forest_module, FINITE_SHARE=1.1, POINT_SHARE=share):
+        df, profiles = DoubleForest(), {}
+        for i, (op, point, pick) in enumerate(steps):
+            if op == "p":
+                p = Profile({a: [v, v] for a, v in point.items()})
+                profiles[df.add_profile(i, p, 0, OPEN)] = p
+            elif profiles:
+                slot = sorted(profiles)[pick % len(profiles)]
+                df.remove_profile(slot)
+                del profiles[slot]
+            if i % 10 == 9 or i == len(steps) - 1:
+                filters = [
+                    (conj(" AND ".join(f"{a} BETWEEN {x} AND {y}" for a, (x, y) in r.items())), c)
+                    for r, c in probes
+                ]
+                _probe_filters(df, profiles, filters)
+                df.check_invariants()
