@@ -24,9 +24,9 @@ CHUNK = 1 << 18  # (query × child) matrix cells tested at once
 BLOCKED = 4096  # a child list this long is also indexed by sorted blocks
 BLOCK = 512  # children per block
 SPARSE = 32  # a (query × box) matrix under 1/32 true: the rest is tested pair by pair
+# (a pair costs 4 gathers a column, about what 20-30 cells of a matrix cost)
 POINT_SHARE = 8  # a filter whose narrowest column range holds under 1/8 of a point list's
 # boxes tests only those (`_Points`), not the whole list
-# (a pair costs 4 gathers a column, about what 20-30 cells of a matrix cost)
 FEW = 4096  # boxes tested in one matrix op; more, column by column on the survivors
 SETTLED = 16384  # a child list this long is kept in blocks by inserts too
 RUN = 8  # blocks: an insert sorts the unsorted tail into a run of blocks this long
