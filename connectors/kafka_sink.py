@@ -58,8 +58,8 @@ SINK_COLUMNS = "topic string, key binary, value binary"
 # The same records packed: a row holds a run of records of one topic, in order
 # (`keys[i]`, `values[i]`; a key may be null, a list may not). A stage that makes
 # hundreds of thousands of records a batch (the job: tens per profile) hands Spark
-# a few hundred rows instead: a Python row costs a dict, an Arrow and an
-# UnsafeRow conversion on its way out of the stage, and the same again into here.
+# a few hundred rows instead: a row costs an UnsafeRow conversion in the JVM on its
+# way out of the stage and an Arrow one into here, and more as a Python object.
 PACKED_COLUMNS = "topic string, keys array<binary>, values array<binary>"
 PACK_SIZE = 4096  # records per packed row (~1 MB of match records)
 REPORT_SCHEMA = "partition int, written long, skipped boolean"

@@ -21,6 +21,15 @@ ELEMENT = np.int32
 SLICE_RUN = 32  # mean elements per list above which a gather copies blocks
 
 
+def run_positions(starts: np.ndarray, lengths: np.ndarray, dtype=np.int64) -> np.ndarray:
+    """The positions of runs (start, length), concatenated: one repeat and one
+    arange, not a slice per run."""
+    ends = np.cumsum(lengths)
+    out = np.repeat((starts - (ends - lengths)).astype(dtype, copy=False), lengths)
+    out += np.arange(int(ends[-1]) if len(ends) else 0, dtype=dtype)
+    return out
+
+
 def _grow(a: np.ndarray, n: int, fill) -> np.ndarray:
     if n <= len(a):
         return a
@@ -152,8 +161,7 @@ class BlockStore:
         lists = np.flatnonzero(self.count)
         counts, idx = self._positions(lists)
         elems = np.take(self.data, idx)
-        offsets = np.arange(len(elems)) - np.repeat(np.cumsum(counts) - counts, counts)
-        dest = np.repeat(new_start[lists], counts) + offsets
+        dest = run_positions(new_start[lists], counts)
         data = np.zeros(max(64, int(caps.sum()) * 2), dtype=ELEMENT)
         data[dest] = elems
         if self.vals is not None:
@@ -192,11 +200,5 @@ class BlockStore:
 
     def _positions(self, lists: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         counts = np.take(self.count, lists)
-        total = int(counts.sum())
         wide = np.int64 if len(self.data) >= 2**31 else np.int32
-        if total == 0:
-            return counts, np.zeros(0, dtype=wide)
-        first = np.cumsum(counts) - counts
-        idx = np.repeat((np.take(self.start, lists) - first).astype(wide), counts)
-        idx += np.arange(total, dtype=wide)
-        return counts, idx
+        return counts, run_positions(np.take(self.start, lists), counts, wide)

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from matcher.blocks import ELEMENT, SLICE_RUN, _grow
+from matcher.blocks import ELEMENT, SLICE_RUN, _grow, run_positions
 from matcher.boxes import FILTER_FILL, PROFILE_FILL, Dims
 from matcher.constraints import Conjunction
 from matcher.forest import Forest
@@ -210,11 +210,8 @@ class DoubleForest:
         # Every pair's run copied out in one gather whose offsets come from a
         # repeat: concatenating 17,000 run slices per batch cost 1.5x more.
         run = np.take(counts, which)
-        ends = np.cumsum(run)
-        offsets = np.repeat(np.take(np.cumsum(counts) - counts, which) - (ends - run), run)
-        offsets += np.arange(len(offsets))
-        found = np.take(slots, offsets)
-        cut = np.r_[0, ends][np.searchsorted(qi, np.arange(n + 1))].tolist()
+        found = np.take(slots, run_positions(np.take(np.cumsum(counts) - counts, which), run))
+        cut = np.r_[0, np.cumsum(run)][np.searchsorted(qi, np.arange(n + 1))].tolist()
         return [found[a:b] for a, b in zip(cut, cut[1:], strict=False)]
 
     def _descend_profiles(self, profiles: list[Profile]) -> tuple[np.ndarray, ...]:

@@ -14,7 +14,7 @@ from collections.abc import Callable, Hashable, Iterator
 
 import numpy as np
 
-from matcher.blocks import BlockStore, _grow
+from matcher.blocks import BlockStore, _grow, run_positions
 from matcher.boxes import Dims
 
 ROOT = 0  # the list id of the root set; node ids start at 1
@@ -927,24 +927,17 @@ class _Points:
         taken = np.flatnonzero(runs * POINT_SHARE < n)
         runs, chosen = runs[taken], cols[best[taken]]
         rq = np.repeat(taken, runs)
-        pos = self.order[np.repeat(chosen, runs), _run_positions(starts[taken], runs)]
+        pos = self.order[np.repeat(chosen, runs), run_positions(starts[taken], runs)]
         begins = np.cumsum(runs) - runs  # each filter's pairs, in `rq` order
         ok = np.ones(len(rq), dtype=bool)
         for col in cols.tolist():  # each on the pairs of the filters it constrains but
             which = np.flatnonzero(used[col, taken] & (chosen != col))  # did not choose
-            sel = _run_positions(begins[which], runs[which])
+            sel = run_positions(begins[which], runs[which])
             v, q = lo[col, pos[sel]], np.repeat(qs[taken[which]], runs[which])
             ok[sel] &= (q_lo[col, q] <= v) & (v <= q_hi[col, q]) & (v < np.inf)  # (missing: inf)
         scanned = np.ones(len(qs), dtype=bool)
         scanned[taken] = False
         return rq[ok], pos[ok], np.flatnonzero(scanned)
-
-
-def _run_positions(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    """The positions of runs (start, length), concatenated."""
-    ends = np.cumsum(lengths)
-    total = int(ends[-1]) if len(ends) else 0
-    return np.repeat(starts - (ends - lengths), lengths) + np.arange(total)
 
 
 def _tiled_order(lo: np.ndarray, hi: np.ndarray, size: int) -> np.ndarray | None:
