@@ -169,8 +169,20 @@ class _Map:
     def updateValue(self, key, value) -> None:  # noqa: N802 (Spark's name)
         self.entries[tuple(key)] = tuple(value)
 
+    def getValue(self, key):  # noqa: N802
+        return self.entries.get(tuple(key))
+
+    def containsKey(self, key) -> bool:  # noqa: N802
+        return tuple(key) in self.entries
+
+    def removeKey(self, key) -> None:  # noqa: N802
+        del self.entries[tuple(key)]
+
     def iterator(self):
         return iter(sorted(self.entries.items(), reverse=True))  # no order promised
+
+    def keys(self):
+        return iter(sorted(self.entries, reverse=True))
 
     def clear(self) -> None:
         self.entries = {}
@@ -209,6 +221,51 @@ class _Metrics:
         self.seen.append(counts)
 
 
+def _processor(snapshot_every: int):
+    from connectors.config import Topics
+    from streaming.decode_stage import build_sharding
+    from streaming.processor import MatchProcessor
+
+    topics = Topics(subscriptions="s", profiles="p", matches="m", deadletter="d")
+    metrics = _Metrics()
+    processor = MatchProcessor(topics, build_sharding({}), 0, snapshot_every, metrics)
+    handle = _Handle()
+    processor.init(handle)
+    return processor, handle, metrics
+
+
+def _batches(subs: list[dict], profiles: list[dict]) -> list[tuple[str, list[dict]]]:
+    batches = [("subscription", subs[:300]), ("profile", profiles[:100])]
+    batches += [("profile", profiles[i : i + 25]) for i in range(100, 600, 25)]
+    return batches + [("subscription", subs[300:])]
+
+
+def _halves(kind: str, rows: list[dict]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """A batch's input frames, its rows split over two (as Spark may hand them)."""
+    from streaming.decode_stage import KIND_ORDER
+
+    frame = pd.DataFrame(
+        {
+            "ts": [r["ts"] for r in rows],
+            "kord": KIND_ORDER[kind],
+            "topic": "s" if kind == "subscription" else "p",
+            "part": 0,
+            "off": range(len(rows)),
+            "ktime": 0,
+            "value": [json.dumps(r).encode() for r in rows],
+        }
+    )
+    return frame.iloc[: len(rows) // 2], frame.iloc[len(rows) // 2 :]
+
+
+def _check_batch(processor, space: str, reference: SpaceMatcher, kind: str, rows: list) -> None:
+    """One batch through the processor emits what `reference` does for it."""
+    out = list(processor.handleInputRows((space,), iter(_halves(kind, rows)), _Timer(0)))
+    topic = "s" if kind == "subscription" else "p"
+    expected = reference.apply_batch(_records(kind, rows, topic))
+    assert [v for f in out for vs in f["values"] for v in vs] == [encode(e) for e in expected]
+
+
 def test_processor_state_rebuilds_to_the_same_matches():
     """Batches through the processor on two simulated Python workers (each with its
     own cache) taken at random, one batch failing after its work and run again:
@@ -217,54 +274,61 @@ def test_processor_state_rebuilds_to_the_same_matches():
     import copy
     import random
 
-    from connectors.config import Topics
     from streaming import state_cache
-    from streaming.decode_stage import KIND_ORDER, build_sharding
-    from streaming.processor import MatchProcessor
 
     subs, profiles = generate("nested", 5, 400, 600)
     space = subs[0]["space"]
-    topics = Topics(subscriptions="s", profiles="p", matches="m", deadletter="d")
-    metrics = _Metrics()
-    processor = MatchProcessor(topics, build_sharding({}), 0, 150, metrics)
-    handle = _Handle()
-    processor.init(handle)
+    processor, handle, metrics = _processor(150)
     reference = SpaceMatcher(space)
-    batches = [("subscription", subs[:300]), ("profile", profiles[:100])]
-    batches += [("profile", profiles[i : i + 25]) for i in range(100, 600, 25)]
-    batches += [("subscription", subs[300:])]
     workers, pick = (
         [state_cache._entries.__class__(), state_cache._entries.__class__()],
         random.Random(1),
     )
     try:
-        for index, (kind, rows) in enumerate(batches):
-            topic = "s" if kind == "subscription" else "p"
-            frame = pd.DataFrame(
-                {
-                    "ts": [r["ts"] for r in rows],
-                    "kord": KIND_ORDER[kind],
-                    "topic": topic,
-                    "part": 0,
-                    "off": range(len(rows)),
-                    "ktime": 0,
-                    "value": [json.dumps(r).encode() for r in rows],
-                }
-            )
-            halves = (frame.iloc[: len(rows) // 2], frame.iloc[len(rows) // 2 :])
+        for index, (kind, rows) in enumerate(_batches(subs, profiles)):
             if index == 5:  # an attempt whose state is not committed
                 saved = copy.deepcopy(handle.states)
                 state_cache._entries = workers[0]
-                list(processor.handleInputRows((space,), iter(halves), _Timer(0)))
+                list(processor.handleInputRows((space,), iter(_halves(kind, rows)), _Timer(0)))
                 for name, state in saved.items():
                     handle.states[name].__dict__.update(state.__dict__)
             state_cache._entries = workers[pick.randrange(2)]
-            out = list(processor.handleInputRows((space,), iter(halves), _Timer(0)))
-            expected = reference.apply_batch(_records(kind, rows, topic))
-            assert [v for f in out for vs in f["values"] for v in vs] == [
-                encode(e) for e in expected
-            ]
+            _check_batch(processor, space, reference, kind, rows)
     finally:
         state_cache._entries = state_cache._entries.__class__()
     seen = {k for counts in metrics.seen for k in counts}
     assert {"cache_hits", "cache_catch_ups", "cache_misses", "snapshots"} <= seen
+
+
+def test_a_worker_catches_up_across_a_snapshot_the_other_wrote():
+    """Two workers taking a key's batches by turns, then one of them alone, the log
+    compacted every few batches: a worker rebuilds on its first batch and when two
+    snapshots were written since its last (the generation it needs is gone), and
+    otherwise catches up, across the snapshot the other one wrote meanwhile; all
+    emit what one matcher does."""
+    from streaming import state_cache
+
+    subs, profiles = generate("nested", 6, 400, 600)
+    space = subs[0]["space"]
+    processor, _, metrics = _processor(40)
+    reference = SpaceMatcher(space)
+    workers = [state_cache._entries.__class__(), state_cache._entries.__class__()]
+    batches = _batches(subs, profiles)
+    turns = [i % 2 for i in range(8)] + [0] * (len(batches) - 9) + [1]
+    try:
+        for (kind, rows), worker in zip(batches, turns, strict=True):
+            state_cache._entries = workers[worker]
+            _check_batch(processor, space, reference, kind, rows)
+    finally:
+        state_cache._entries = state_cache._entries.__class__()
+    seen = metrics.seen
+    snapshots = [i for i, counts in enumerate(seen) if counts.get("snapshots")]
+    expected, across = [], 0
+    for i, worker in enumerate(turns):
+        before = [j for j in range(i) if turns[j] == worker]
+        since = [s for s in snapshots if before and before[-1] < s < i]
+        if not before or len(since) > 1:
+            expected.append(i)
+        across += len(since) == 1
+    assert [i for i, counts in enumerate(seen) if counts.get("cache_misses")] == expected
+    assert across and len(expected) > 2, "the workload no longer compacts where this needs"
