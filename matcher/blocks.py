@@ -172,11 +172,6 @@ class BlockStore:
         self.data, self.start = data, new_start
         self.used, self.wasted = int(caps.sum()), 0
 
-    def gather(self, lists: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """All elements of the given lists: (index into `lists`, element)."""
-        counts, elems = self.gather_counts(lists)
-        return np.repeat(np.arange(len(lists)), counts), elems
-
     def gather_counts(
         self, lists: np.ndarray, values: bool = False
     ) -> tuple[np.ndarray, np.ndarray]:

@@ -464,8 +464,8 @@ class Forest:
 
     def _gathered(self, qi, ni, inherit, q_lo, q_hi, qaf):
         """The children of (query, node) pairs, tested pair by pair."""
-        which, kids = self.children.gather(ni)
-        qi, inherit = np.take(qi, which), np.take(inherit, which)
+        counts, kids = self.children.gather_counts(ni)
+        qi, inherit = np.repeat(qi, counts), np.repeat(inherit, counts)
         ov = inherit | self._meets(q_lo, q_hi, qi, kids, self.lo, self.hi, ~inherit)
         qi, kids, inherit = qi[ov], kids[ov], inherit[ov]
         return qi, kids, self._covers(q_lo, q_hi, qi, kids, inherit, qaf), inherit
@@ -481,18 +481,22 @@ class Forest:
     def _meets(q_lo, q_hi, qi, ni, lo, hi, test: np.ndarray) -> np.ndarray:
         """For the pairs selected by `test`: does the query's box meet the
         node's box in (`lo`, `hi`)? False for the others."""
-        out = np.zeros(len(qi), dtype=bool)
-        picked = np.flatnonzero(test)
-        tq, tn = np.take(qi, picked), np.take(ni, picked)
-        ok = np.ones(len(picked), dtype=bool)
+        # (all pairs tested, the usual case below a level nothing accepted: no copies)
+        picked = None if test.all() else np.flatnonzero(test)
+        tq, tn = (qi, ni) if picked is None else (np.take(qi, picked), np.take(ni, picked))
+        ok = np.ones(len(tq), dtype=bool)
         for col in range(q_lo.shape[0]):
-            if not len(picked):
+            if not len(tq):
                 break
             ok &= np.take(q_lo[col], tq) <= np.take(hi[col], tn)
             ok &= np.take(lo[col], tn) <= np.take(q_hi[col], tq)
             if 2 * np.count_nonzero(ok) < len(ok):  # most pairs failed: test only the rest
                 keep = np.flatnonzero(ok)
-                picked, tq, tn, ok = picked[keep], tq[keep], tn[keep], ok[keep]
+                picked = keep if picked is None else picked[keep]
+                tq, tn, ok = tq[keep], tn[keep], ok[keep]
+        if picked is None:
+            return ok
+        out = np.zeros(len(qi), dtype=bool)
         out[picked[ok]] = True
         return out
 
