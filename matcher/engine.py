@@ -372,11 +372,10 @@ class SpaceMatcher:
         self._store(self.profiles, "profile", new)
         after = self._subs_of(rec, new)
         if old is None:  # (most records of a stream: tens of events each)
-            return [
-                (sid, self._event("match", "new-profile", after[sid], new, rec.ts))
-                for sid in sorted(after)
-                if self._owns(after[sid], new)
-            ]
+            sids = [sid for sid in sorted(after) if self._owns(after[sid], new)]
+            subs = [after[sid] for sid in sids]
+            events = self._pair_events("match", "new-profile", subs, new, rec.ts)
+            return list(zip(sids, events, strict=True))
         out = []
         for sid in sorted(after.keys() | before.keys()):
             if sid in after:
@@ -414,6 +413,13 @@ class SpaceMatcher:
         if self._writer is not None:
             return self._writer(event, reason, sub, prof, ts)
         return event_dict(self.space, event, reason, sub, prof, ts)
+
+    def _pair_events(self, event: str, reason: str, subs: list[Held], prof: Held, ts: int) -> list:
+        """`_event` of `prof` with each of `subs`, by the writer's `many` if it has one."""
+        many = getattr(self._writer, "many", None)
+        if many is not None:
+            return many(event, reason, subs, prof, ts)
+        return [self._event(event, reason, sub, prof, ts) for sub in subs]
 
 
 def late_reason(ts: int, watermark: float, lateness_ms: int) -> str:
