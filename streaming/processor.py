@@ -397,18 +397,19 @@ class MatchProcessor(StatefulProcessor):
         turns, every compaction would otherwise cost the other one a rebuild
         (3-4 s at 100k subscriptions). The generation before it is dropped, and
         so is the ended one when there is no `closing` (nothing to catch up to)."""
-        generation = self._generation()
+        keys = list(self.log.keys())
         facts = {
             ident: self.log.getValue((kind, ident))[0]
-            for kind, ident in self.log.keys()
+            for kind, ident in keys
             if kind == SNAPSHOT_KIND
         }
+        generation = int(facts.get("generation", 0))
         kept = BATCH_KINDS[generation] if closing is not None else None
-        if kept is not None:
-            self._append(meta, closing, generation)
-        for kind, ident in list(self.log.keys()):
+        for kind, ident in keys:
             if kind != SNAPSHOT_KIND and kind != kept:
                 self.log.removeKey((kind, ident))
+        if kept is not None:
+            self._append(meta, closing, generation)
         self.snapshot.update((dump_snapshot(matcher),))
         if kept is not None and "token" in facts:
             self.log.updateValue((SNAPSHOT_KIND, "previous"), (facts["token"],))
