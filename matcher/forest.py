@@ -28,6 +28,10 @@ SPARSE = 32  # a (query × box) matrix under 1/32 true: the rest is tested pair 
 POINT_SHARE = 8  # a filter whose narrowest column range holds under 1/8 of a point list's
 # boxes tests only those (`_Points`), not the whole list
 FEW = 4096  # boxes tested in one matrix op; more, column by column on the survivors
+# ... but boxes gathered by position (a wide list's candidate blocks) are tested
+# column by column from this many: only the survivors of a column are gathered for
+# the next, not every column of every candidate (uniform 200k: inserts 4.8k/s -> 7.3k/s)
+FEW_GATHERED = 256
 SETTLED = 16384  # a child list this long is kept in blocks by inserts too
 RUN = 8  # blocks: an insert sorts the unsorted tail into a run of blocks this long
 RATIO = 4  # a run is merged into the one before it once that is under RATIO times as long
@@ -647,8 +651,8 @@ def _around(
     given) that contain the box [a, b] (or lie inside it): a few in one
     matrix test, many column by column on the survivors of the columns
     before."""
-    n = lo.shape[1] if pos is None else len(pos)
-    if n < FEW or not lo.shape[0]:
+    n, few = (lo.shape[1], FEW) if pos is None else (len(pos), FEW_GATHERED)
+    if n < few or not lo.shape[0]:
         if pos is not None:
             # (indexing, not take: take copies a strided view, a mirror's, whole first)
             lo, hi = lo[:, pos], hi[:, pos]

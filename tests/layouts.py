@@ -25,6 +25,7 @@ def lists(tiny: bool) -> AbstractContextManager:
         FINITE_SHARE=0.2,
         SCAN_SHARE=0,
         FEW=3,
+        FEW_GATHERED=2,
         SETTLED=4,
         RUN=2,
         RATIO=2,
