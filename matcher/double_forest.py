@@ -56,7 +56,7 @@ class DoubleForest:
         self.sub_forest = Forest(
             self.dims, FILTER_FILL, Conjunction.covers_filter, entry_values=True, box_order=True
         )
-        self.profile_forest = Forest(self.dims, PROFILE_FILL, Profile.covers)
+        self.profile_forest = Forest(self.dims, PROFILE_FILL, Profile.covers, point_order=True)
         self.subs = _Slots()
         self.profiles = _Slots()
         self.sub_entries: list[list[int]] = []  # slot -> its entry ids (one per disjunct)

@@ -52,6 +52,7 @@ class Forest:
         covers: Callable,
         entry_values: bool = False,
         box_order: bool = False,
+        point_order: bool = False,
     ) -> None:
         self.dims = dims
         self.fill = fill
@@ -60,6 +61,12 @@ class Forest:
         # covering is box containment, and `covers` need not be asked. (Not
         # profiles: one without an attribute is not covered by one with it.)
         self.box_order = box_order
+        # Profiles (§2): one covers another only if they have the same attributes,
+        # so among point boxes (a value or nothing on each column) only an equal
+        # box covers, and an equal box is the same profile, the same node: placing
+        # a point among a long list of points (the siena workload's root set)
+        # needs no scan of the list.
+        self.point_order = point_order
         # Column-major: one contiguous row of bounds per column, so a level's
         # candidate pairs are tested column by column with `np.take` (a
         # row-major gather and `all(axis=1)` cost several times more).
@@ -233,9 +240,14 @@ class Forest:
         return self._related(node, parent, True)
 
     def _related(self, node: int, parent: int, inside: bool) -> np.ndarray:
+        """The children of `parent` that may cover the node (or that it may
+        cover): those whose boxes contain it (lie inside it), or none among
+        points with `point_order`."""
         kids, lo, hi = self._bounds_of_kids(parent)
         a, b = self.lo[:, node], self.hi[:, node]
         mirror = self._wide.get(parent)
+        if self.point_order and mirror is not None and not mirror.spread and _is_point(a, b):
+            return kids[:0]
         if mirror is None or mirror.n < SETTLED or not mirror.nblocks:
             return kids[_around(lo, hi, a, b, inside)]
         cut = mirror.nblocks * mirror.block
@@ -581,6 +593,9 @@ class Forest:
             for other, key in enumerate(self.keys):
                 if key is not None and other != r:
                     assert not self.covers(key, self.keys[r]), f"root {r} is covered by {other}"
+        for node, mirror in self._wide.items():
+            lo, hi = mirror.lo[:, : mirror.n], mirror.hi[:, : mirror.n]
+            assert mirror.spread == np.count_nonzero(~_is_point(lo, hi)), f"spread of {node}"
 
 
 def _hits(lo, hi, qs, q_lo, q_hi, plan) -> tuple[np.ndarray, np.ndarray]:
@@ -761,6 +776,7 @@ class _Mirror:
         "tried",
         "widened",
         "pts",
+        "spread",
     )
 
     def __init__(self, lo: np.ndarray, hi: np.ndarray) -> None:
@@ -774,13 +790,13 @@ class _Mirror:
         self.blo = self.bhi = self.ilo = self.ihi = np.empty((lo.shape[0], 0))
         self.runs: list[int] = []  # the first block of each sorted run
         self.pts: _Points | bool | None = None  # None: not built since the list changed
+        self.spread = int(np.count_nonzero(~_is_point(lo, hi)))  # boxes that are not points
 
     def points(self) -> _Points | None:
         """The list's sorted columns if every box is a point (or lacks the
         column), built once per version of the list; else None."""
         if self.pts is None:
-            lo, hi = self.lo[:, : self.n], self.hi[:, : self.n]
-            self.pts = _Points(lo) if ((lo == hi) | (lo > hi)).all() else False
+            self.pts = False if self.spread else _Points(self.lo[:, : self.n])
         return self.pts or None
 
     def append(self, lo: np.ndarray, hi: np.ndarray) -> None:
@@ -789,12 +805,14 @@ class _Mirror:
             self.lo = np.hstack([self.lo, np.empty_like(self.lo)])
             self.hi = np.hstack([self.hi, np.empty_like(self.hi)])
         self.lo[:, self.n], self.hi[:, self.n] = lo, hi
+        self.spread += not _is_point(lo, hi)
         self.n += 1
 
     def swap_remove(self, index: int) -> None:
         self.pts = None
         self.n -= 1
         self.tried = min(self.tried, self.n)
+        self.spread -= not _is_point(self.lo[:, index], self.hi[:, index])
         self.lo[:, index], self.hi[:, index] = self.lo[:, self.n], self.hi[:, self.n]
         if self.nblocks * self.block > self.n:
             self.nblocks = self.n // self.block  # the last block became tail
@@ -895,6 +913,12 @@ class _Mirror:
         self.bhi = np.hstack([self.bhi[:, :first], new_hi.max(axis=2)])
         self.ilo = np.hstack([self.ilo[:, :first], new_lo.max(axis=2)])
         self.ihi = np.hstack([self.ihi[:, :first], new_hi.min(axis=2)])
+
+
+def _is_point(lo: np.ndarray, hi: np.ndarray) -> np.ndarray | bool:
+    """Whether a box (or each column of a matrix) is a point: each column one
+    value, or missing (lo > hi)."""
+    return ((lo == hi) | (lo > hi)).all(axis=0)
 
 
 class _Points:

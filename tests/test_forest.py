@@ -3,6 +3,7 @@ random insert/delete sequences, shared nodes, splicing."""
 
 from __future__ import annotations
 
+from functools import partial
 from unittest.mock import patch
 
 import numpy as np
@@ -230,6 +231,49 @@ def _box_filter(box) -> str:
 BOXES = st.tuples(
     *[st.tuples(st.integers(0, 12), st.integers(0, 6)).map(lambda t: (t[0], t[0] + t[1]))] * 2
 )
+
+
+# Point profiles (the siena workload's shape) with some intervals among them, under
+# the tiny layout: a point is placed among a list of points without a scan
+# (`point_order`) only while no interval is in the list, so intervals come and go
+# (and cover points), and the forest must stay the oracle's.
+# (two attribute sets and few values, so that profiles meet: covering needs the same set)
+POINTS_AND_INTERVALS = st.tuples(
+    st.sampled_from(["x", "xy"]),
+    st.lists(st.sampled_from([0, 1, 2, "u", True, [0, 2], [1, 2]]), min_size=2, max_size=2),
+).map(lambda t: dict(zip(t[0], t[1], strict=False)))
+
+
+@settings(max_examples=60, deadline=None, print_blob=True)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from("aaar"),  # add (mostly) or remove
+            POINTS_AND_INTERVALS,
+            st.integers(0, 1000),
+        ),
+        min_size=5,
+        max_size=60,
+    )
+)
+def test_points_among_points_are_placed_without_a_scan(steps):
+    with layouts.lists(True):
+        df, profiles, attrs_of = DoubleForest(), {}, {}
+        for op, attrs, pick in steps:
+            if op == "a" or not profiles:
+                p = Profile(attrs)
+                attrs_of[p] = {n: oracle.profile_value(v) for n, v in attrs.items()}
+                profiles[df.add_profile(pick, p, 0, OPEN)] = p
+            else:
+                slot = sorted(profiles)[pick % len(profiles)]
+                df.remove_profile(slot)
+                del profiles[slot]
+            df.check_invariants()
+            structure(df.profile_forest, partial(_profile_covers, attrs_of))
+
+
+def _profile_covers(attrs_of: dict, a: Profile, b: Profile) -> bool:
+    return oracle.profile_covers(attrs_of[a], attrs_of[b])
 
 
 # Many numeric boxes under the tiny layout: the root sets grow past BLOCKED,
