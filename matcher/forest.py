@@ -38,8 +38,30 @@ RATIO = 4  # a run is merged into the one before it once that is under RATIO tim
 SCAN_SHARE = 2  # blocks are scanned one by one only if queries meet under 1/2 of them
 FINITE_SHARE = 0.9  # blocks sort on the columns finite on this share of boxes
 MAX_FINITE = 1e300  # bounds beyond this are the open ends of a box
+BUFFER, MIN_BUFFER = 8192, 256  # numpy's ufunc buffer size: its default, and `_Rows`' least
 
 ExactTest = Callable[[int, int], tuple[bool, bool]]
+
+
+class _Rows:
+    """A context in which numpy broadcasts a column against rows of `n` at full speed.
+
+    numpy 2.4 compares a (q, 1) array with an (n,) one about 5 times slower when
+    its ufunc buffer (8192 elements by default) spans more than two rows: 0.5 ns a
+    cell instead of 0.1 at n = 512 (`docs/DESIGN.md`, "Short rows"). A buffer of
+    the largest power of two not over `n` keeps the fast loop; setting it and
+    back costs 1.4 µs, so only the matrix tests of many cells take this."""
+
+    __slots__ = ("size", "previous")
+
+    def __init__(self, n: int) -> None:
+        self.size = min(BUFFER, max(MIN_BUFFER, 1 << (n.bit_length() - 1)))
+
+    def __enter__(self) -> None:
+        self.previous = np.setbufsize(self.size)
+
+    def __exit__(self, *exc: object) -> None:
+        np.setbufsize(self.previous)
 
 
 class Forest:
@@ -703,13 +725,14 @@ def _meet_cells(lo, hi, q, q_lo, q_hi, tested) -> np.ndarray:
     n = lo.shape[1]
     hit = np.ones((len(q), n), dtype=bool)
     tested = list(tested)
-    for i, col in enumerate(tested):
-        hit &= q_lo[col, q][:, None] <= hi[col]
-        hit &= lo[col] <= q_hi[col, q][:, None]
-        if i + 1 < len(tested) and SPARSE * np.count_nonzero(hit) < hit.size:
-            break
-    else:
-        return np.flatnonzero(hit)
+    with _Rows(n):
+        for i, col in enumerate(tested):
+            hit &= q_lo[col, q][:, None] <= hi[col]
+            hit &= lo[col] <= q_hi[col, q][:, None]
+            if i + 1 < len(tested) and SPARSE * np.count_nonzero(hit) < hit.size:
+                break
+        else:
+            return np.flatnonzero(hit)
     cells = np.flatnonzero(hit)
     qq, kk = q[cells // n], cells % n
     ok = np.ones(len(cells), dtype=bool)

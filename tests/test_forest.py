@@ -511,3 +511,20 @@ def test_point_profiles_match_filters_like_brute_force(steps, probes, share):
                 ]
                 _probe_filters(df, profiles, filters)
                 df.check_invariants()
+
+
+@pytest.mark.parametrize(
+    ("n", "buffer"), [(1, 256), (40, 256), (512, 512), (1000, 512), (100_000, 8192)]
+)
+def test_matrix_tests_leave_numpy_buffer_size_as_they_found_it(n, buffer):
+    """`_Rows` changes numpy's (context-wide) ufunc buffer size only while a
+    matrix test runs, even when the test fails."""
+    lo, hi = np.zeros((2, n)), np.ones((2, n))
+    q_lo, q_hi = np.full((2, 3), 0.5), np.full((2, 3), 0.7)
+    before = np.getbufsize()
+    cells = forest_module._meet_cells(lo, hi, np.arange(3), q_lo, q_hi, [0, 1])
+    assert len(cells) == 3 * n and np.getbufsize() == before
+    with pytest.raises(IndexError), forest_module._Rows(n):
+        assert np.getbufsize() == buffer
+        raise IndexError
+    assert np.getbufsize() == before
