@@ -485,7 +485,7 @@ class Forest:
                 rows.append(part[r])
                 cols.append(k + a)
         tail = blocks * mirror.block if blocks else 0
-        points = mirror.points() if qaf and mirror and not blocks and len(kids) >= BLOCKED else None
+        points = mirror.points() if qaf and mirror and not blocks else None
         if points is None:
             r, k = _hits(lo[:, tail:], hi[:, tail:], qs, q_lo, q_hi, self._plan)
         else:
