@@ -156,8 +156,7 @@ class Forest:
             self._bounds_of_kids(node)
             mirror = self._wide[node]
             if not mirror.blocks(lambda order, node=node: self.children.reorder(node, order)):
-                if mirror.n >= BLOCKED:
-                    mirror.points()  # (a list of points without blocks: its sorted columns)
+                mirror.points()  # (a list of points without blocks: its sorted columns)
 
     def roots(self) -> np.ndarray:
         return self.children.items(ROOT).copy()
