@@ -56,7 +56,12 @@ class DoubleForest:
         self.sub_forest = Forest(
             self.dims, FILTER_FILL, Conjunction.covers_filter, entry_values=True, box_order=True
         )
-        self.profile_forest = Forest(self.dims, PROFILE_FILL, Profile.covers, point_order=True)
+        self._profile_forest = Forest(self.dims, PROFILE_FILL, Profile.covers, point_order=True)
+        # Profiles added since the profile forest was last asked for, by slot: only
+        # a subscription's query reads that forest, so a stream of profiles (a
+        # tracked object's every report) is not indexed until one asks, and what
+        # expires or is replaced before that never is.
+        self._unindexed: dict[int, Profile] = {}
         self.subs = _Slots()
         self.profiles = _Slots()
         self.sub_entries: list[list[int]] = []  # slot -> its entry ids (one per disjunct)
@@ -70,6 +75,12 @@ class DoubleForest:
         self.covers_entries = 0  # entries of `covers` subscriptions
         self.p_from = np.zeros(16)
         self.p_to = np.zeros(16)
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        if "profile_forest" in state:  # a snapshot from before `_unindexed`
+            state["_profile_forest"] = state.pop("profile_forest")
+        state.setdefault("_unindexed", {})
+        self.__dict__.update(state)
 
     # -- subscriptions ------------------------------------------------------
 
@@ -128,14 +139,26 @@ class DoubleForest:
         n = slot + 1
         self.p_from, self.p_to = _grow(self.p_from, n, 0.0), _grow(self.p_to, n, 0.0)
         self.p_from[slot], self.p_to[slot] = valid_from, valid_to
-        self.profile_forest.add(profile, partial(self._profile_box, profile), slot)
+        self._unindexed[slot] = profile
         return slot
+
+    @property
+    def profile_forest(self) -> Forest:
+        """The profile forest, every profile held in it (those added since it was
+        last asked for are inserted first)."""
+        if self._unindexed:
+            forest, box = self._profile_forest, self._profile_box
+            for slot, profile in self._unindexed.items():
+                forest.add(profile, partial(box, profile), slot)
+            self._unindexed.clear()
+        return self._profile_forest
 
     def _profile_box(self, profile: Profile) -> tuple[dict, bool]:
         return self.dims.profile_box(profile), False  # (its box says it all: no exact test)
 
     def remove_profile(self, slot: int) -> None:
-        self.profile_forest.discard(slot)
+        if self._unindexed.pop(slot, None) is None:
+            self._profile_forest.discard(slot)
         self.profiles.give_back(slot)
         self.p_from[slot], self.p_to[slot] = ALWAYS
 
@@ -232,14 +255,14 @@ class DoubleForest:
         """Subscriptions (held or not: conjunctions, covers?, from, to) against
         the held profiles: (query index, profile slot), sorted by query index."""
         conjs = [c for conjunctions, *_ in queries for c in conjunctions]
-        if not conjs or not len(self.profile_forest):
+        forest = self.profile_forest
+        if not conjs or not len(forest):
             empty = np.zeros(0, dtype=np.int64)
             return empty, empty
         owner = np.repeat(np.arange(len(queries)), [len(q[0]) for q in queries])
         boxes = [self.dims.filter_box(c) for c in conjs]
         q_lo, q_hi = self.dims.matrix([b for b, _ in boxes], FILTER_FILL)
         q_exact = np.array([e for _, e in boxes], dtype=bool)
-        forest = self.profile_forest
 
         def exact(q: int, node: int) -> tuple[bool, bool]:
             profile = forest.keys[node]

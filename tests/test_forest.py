@@ -3,6 +3,7 @@ random insert/delete sequences, shared nodes, splicing."""
 
 from __future__ import annotations
 
+import pickle
 from functools import partial
 from unittest.mock import patch
 
@@ -528,3 +529,33 @@ def test_matrix_tests_leave_numpy_buffer_size_as_they_found_it(n, buffer):
         assert np.getbufsize() == buffer
         raise IndexError
     assert np.getbufsize() == before
+
+
+def test_profiles_are_indexed_when_a_subscription_asks():
+    """Profiles wait outside the profile forest until a query of its needs them;
+    one replaced or removed before that is never inserted."""
+    df = DoubleForest()
+    p1 = df.add_profile("p1", Profile({"x": 5}), 0, OPEN)
+    p2 = df.add_profile("p2", Profile({"x": [1, 9]}), 0, OPEN)
+    df.remove_profile(p2)
+    df.add_profile("p3", Profile({"x": 7}), 0, OPEN)
+    assert len(df._profile_forest) == 0  # nothing asked yet
+    qi, slots = df.match_subscriptions([([conj("x BETWEEN 4 AND 6")], False, 0, OPEN)])
+    assert (qi.tolist(), slots.tolist()) == ([0], [p1])
+    assert len(df._profile_forest) == 2 and not df._unindexed
+    df.remove_profile(p1)  # (now from the forest itself)
+    assert len(df.profile_forest) == 1
+
+
+def test_a_snapshot_from_before_lazy_profiles_loads():
+    """A pickled DoubleForest of the earlier layout (`profile_forest` an attribute
+    holding every profile, no `_unindexed`) loads and answers as before."""
+    df = DoubleForest()
+    slot = df.add_profile("p1", Profile({"x": 5}), 0, OPEN)
+    state = dict(df.__dict__, profile_forest=df.profile_forest)
+    del state["_profile_forest"], state["_unindexed"]
+    old = DoubleForest.__new__(DoubleForest)
+    old.__dict__.update(state)  # (as the earlier version pickled it)
+    loaded = pickle.loads(pickle.dumps(old))
+    _, slots = loaded.match_subscriptions([([conj("x > 4")], False, 0, OPEN)])
+    assert slots.tolist() == [slot]
