@@ -34,6 +34,7 @@ from matcher.records import (
     dead_letter,
     decode,
     order_key,
+    to_state,
     version_of,
 )
 from matcher.sharding import Sharding, ShardSpec, span_of
@@ -93,7 +94,8 @@ class SpaceMatcher:
         self.subs: dict[str, Held] = {}
         self.profiles: dict[str, Held] = {}
         self._expiry: list[tuple[float, int, str, str]] = []
-        self._changes: list[tuple[str, str, Subscribe | Publish | None]] = []
+        # held-set changes since drained: (kind, id, the record's `to_state` or None)
+        self._changes: list[tuple[str, str, str | None]] = []
         # id(record) -> (record, the other side's held items it holds with,
         # `_drops` then), asked of the forest for a whole run of records at once
         self._prefetched: dict[int, tuple[Record, dict[str, Held], int]] = {}
@@ -103,7 +105,7 @@ class SpaceMatcher:
     def __len__(self) -> int:
         return len(self.subs) + len(self.profiles)
 
-    def drain_changes(self) -> list[tuple[str, str, Subscribe | Publish | None]]:
+    def drain_changes(self) -> list[tuple[str, str, str | None]]:
         changes, self._changes = self._changes, []
         return changes
 
@@ -162,7 +164,7 @@ class SpaceMatcher:
         if held is not None:
             self._drop(table, kind, held)
         if record is not None:
-            self._store(table, kind, self._hold(record))
+            self._keep(table, kind, record)
 
     def apply_batch(self, records: list[Record]) -> list[Any]:
         """Apply records in order, matching each run of consecutive records
@@ -273,29 +275,28 @@ class SpaceMatcher:
             out += [((0, valid_to, kind, ident, o), e) for o, e in events]
         return out
 
-    def _hold(self, record: Subscribe | Publish) -> Held:
-        held = Held(record, version_of(record), None)
+    def _keep(self, table: dict[str, Held], kind: str, record: Subscribe | Publish) -> Held:
+        """Hold `record` (indexed in the forest if this cell owns it), log the change."""
+        state = to_state(record)
+        held = Held(record, version_of(state), None)
         if self.shard is not None:
             spec, cell = self.shard
             held.span = span_of(spec.attribute, record)
-            if cell not in spec.cells_of(held.span):
-                return held
-        r = record
-        if isinstance(r, Subscribe):
-            covers = r.relation == "covers"
-            held.slot = self.forest.add_subscription(
-                r.id, r.predicate, covers, r.valid_from, r.valid_to
-            )
-        else:
-            held.slot = self.forest.add_profile(r.id, r.profile, r.valid_from, r.valid_to)
-        return held
-
-    def _store(self, table: dict[str, Held], kind: str, held: Held) -> None:
-        table[held.record.id] = held
-        self._changes.append((kind, held.record.id, held.record))
-        if held.record.valid_to != OPEN:
+        if self.shard is None or self.shard[1] in self.shard[0].cells_of(held.span):
+            r = record
+            if isinstance(r, Subscribe):
+                covers = r.relation == "covers"
+                held.slot = self.forest.add_subscription(
+                    r.id, r.predicate, covers, r.valid_from, r.valid_to
+                )
+            else:
+                held.slot = self.forest.add_profile(r.id, r.profile, r.valid_from, r.valid_to)
+        table[record.id] = held
+        self._changes.append((kind, record.id, state))
+        if record.valid_to != OPEN:
             code = 0 if kind == "subscription" else 1
-            heapq.heappush(self._expiry, (held.record.valid_to, code, held.record.id, held.version))
+            heapq.heappush(self._expiry, (record.valid_to, code, record.id, held.version))
+        return held
 
     def _drop(self, table: dict[str, Held], kind: str, held: Held) -> None:
         del table[held.record.id]
@@ -340,8 +341,7 @@ class SpaceMatcher:
         before = self._profiles_of(old.record, old) if old else {}
         if old:
             self._drop(self.subs, "subscription", old)
-        new = self._hold(rec)
-        self._store(self.subs, "subscription", new)
+        new = self._keep(self.subs, "subscription", rec)
         after = self._profiles_of(rec, new)
         reason = "changed" if old else "new-subscription"
         out = []
@@ -368,8 +368,7 @@ class SpaceMatcher:
         before = self._subs_of(old.record, old) if old else {}
         if old:
             self._drop(self.profiles, "profile", old)
-        new = self._hold(rec)
-        self._store(self.profiles, "profile", new)
+        new = self._keep(self.profiles, "profile", rec)
         after = self._subs_of(rec, new)
         if old is None:  # (most records of a stream: tens of events each)
             sids = [sid for sid in sorted(after) if self._owns(after[sid], new)]

@@ -279,9 +279,10 @@ def from_state(text: str) -> Subscribe | Publish:
     return decode(kind, text)
 
 
-def version_of(record: Subscribe | Publish) -> str:
-    """A short digest of the record's content: its version in `match_id`s."""
-    return hashlib.sha1(to_state(record).encode()).hexdigest()[:16]
+def version_of(state: str) -> str:
+    """A short digest of a held record's content (its `to_state`): its version in
+    `match_id`s."""
+    return hashlib.sha1(state.encode()).hexdigest()[:16]
 
 
 def dead_letter(reason: str, raw: bytes | str, source: Source) -> dict[str, Any]:

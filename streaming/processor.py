@@ -60,7 +60,7 @@ from connectors.config import Topics
 from connectors.kafka_sink import Packer, pack
 from matcher.engine import SpaceMatcher, late_reason
 from matcher.events import MatchWriter, encode
-from matcher.records import Source, dead_letter, decode, from_state, to_state
+from matcher.records import Source, dead_letter, decode, from_state
 from matcher.sharding import Sharding
 from streaming import state_cache
 from streaming.decode_stage import DEAD_LETTER_KEY, KIND_ORDER
@@ -383,7 +383,7 @@ class MatchProcessor(StatefulProcessor):
 
     def _append(self, meta: dict, changes: list, generation: int) -> None:
         """Log a batch's changes at the log's end, as the version `meta["token"]`."""
-        entry = [[k, i, None if r is None else to_state(r)] for k, i, r in changes]
+        entry = [list(change) for change in changes]
         key = (BATCH_KINDS[generation], f"{meta['log_len']:012d}")
         self.log.updateValue(key, (json.dumps([meta["token"], entry]),))
 

@@ -189,8 +189,8 @@ def _space_matcher_against_oracle(workload, probe_profiles, probe_subs, window, 
         kind, raw_record = by_line[rec.source.line]
         assert oracle.by_pair(got) == oracle.by_pair(ref.apply(kind, raw_record))
         m.forest.check_invariants()
-        for kind_, ident, held in m.drain_changes():
-            changes[kind_, ident] = None if held is None else to_state(held)
+        for kind_, ident, state in m.drain_changes():
+            changes[kind_, ident] = state
 
         # the two forest queries against brute force over what the oracle holds
         subs, profs = ref.held["subscription"], ref.held["profile"]
