@@ -279,10 +279,12 @@ class SpaceMatcher:
         """Hold `record` (indexed in the forest if this cell owns it), log the change."""
         state = to_state(record)
         held = Held(record, version_of(state), None)
+        owned = True
         if self.shard is not None:
             spec, cell = self.shard
             held.span = span_of(spec.attribute, record)
-        if self.shard is None or self.shard[1] in self.shard[0].cells_of(held.span):
+            owned = cell in spec.cells_of(held.span)
+        if owned:
             r = record
             if isinstance(r, Subscribe):
                 covers = r.relation == "covers"

@@ -50,7 +50,7 @@ class _Rows:
     its ufunc buffer (8192 elements by default) spans more than two rows: 0.5 ns a
     cell instead of 0.1 at n = 512 (`docs/DESIGN.md`, "Short rows"). A buffer of
     the largest power of two not over `n` keeps the fast loop; setting it and
-    back costs 1.4 µs, so only the matrix tests of many cells take this."""
+    back costs 1.4 µs, once per matrix test (`_meet_cells`)."""
 
     __slots__ = ("size", "previous")
 
