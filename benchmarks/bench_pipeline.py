@@ -81,6 +81,15 @@ LOAD_BUDGETS = 3
 NATIVE_PAIRS = 4_000_000
 
 
+# The workload is one unsharded space: the product runs with the job's setting for
+# that (streaming/config.py), one state partition, which keeps the space's batches
+# on one Python worker and its cached matcher (with 2 they move between two workers,
+# and a worker's first batch of the space rebuilds the matcher from its snapshot);
+# the no-op has the same operator shape, the native join Spark's 2 (its join runs on
+# both cores).
+SHUFFLE_PARTITIONS = {"product": 1, "no-op": 1, "native-join": 2}
+
+
 def batch_rows(plan: Plan, name: str, n: int) -> int:
     """Profiles per backlog micro-batch of contender `name` at `n` subscriptions."""
     if name == "native-join":
@@ -153,7 +162,7 @@ class ForwardProcessor(StatefulProcessor):
         pass
 
 
-def noop_stream(spark: SparkSession, config: Any) -> DataFrame:
+def noop_stream(spark: SparkSession, config: Any, metrics: Any) -> DataFrame:
     """The job's source, decode stage, watermark and operator shape, around `ForwardProcessor`."""
     from connectors.kafka_source import read_stream
     from streaming.decode_stage import DECODED_DDL, INPUT_COLUMNS, DecodeStage, build_sharding
@@ -178,7 +187,7 @@ def noop_stream(spark: SparkSession, config: Any) -> DataFrame:
 DIMS = ("x", "y", "z", "w")
 
 
-def join_stream(spark: SparkSession, config: Any) -> DataFrame:
+def join_stream(spark: SparkSession, config: Any, metrics: Any) -> DataFrame:
     """Spark's stream-stream join on the `overlaps` range conditions (see the module doc)."""
     from pyspark.sql import functions as F
 
@@ -240,11 +249,10 @@ def join_stream(spark: SparkSession, config: Any) -> DataFrame:
     )
 
 
-def product_stream(spark: SparkSession, config: Any) -> DataFrame:
+def product_stream(spark: SparkSession, config: Any, metrics: Any) -> DataFrame:
     from streaming import job
-    from streaming.listener import Counters
 
-    return job.matched_stream(spark, config, spark.sparkContext.accumulator({}, Counters()))
+    return job.matched_stream(spark, config, metrics)
 
 
 STREAMS = {"product": product_stream, "no-op": noop_stream, "native-join": join_stream}
@@ -264,6 +272,8 @@ class Phase:
     complete: bool = True
     batch_rows: list[int] = field(default_factory=list)  # per batch with input, in order
     batch_secs: list[float] = field(default_factory=list)
+    # the product's cached matcher per batch with input: hit, catch-up or miss (rebuilt)
+    batch_caches: list[str] = field(default_factory=list)
     end_offsets: dict[str, dict[str, int]] = field(default_factory=dict)  # source: after it
 
     def add(self, progress: dict) -> None:
@@ -302,17 +312,24 @@ def run_phase(
     from pyspark.errors import StreamingQueryException
 
     from streaming import job
+    from streaming.listener import Counters
 
     # Back-to-back batches leave no idle moment to stop in: once told to stop, the
     # next batch's write fails before any of its tasks ran (as `tsm run` stops).
     stopping, sink = threading.Event(), job.kafka_writer(config)
+    metrics = spark.sparkContext.accumulator({}, Counters())
+    caches: dict[int, str] = {}  # batch id -> the product's cache outcome
 
     def write(df: DataFrame, batch_id: int) -> None:
         if stopping.is_set():
             raise RuntimeError(f"{STOP_MARK} {batch_id}")
-        sink(df, batch_id)
+        before = dict(metrics.value)
+        sink(df, batch_id)  # (runs the batch's tasks: their counts are in after it)
+        caches[batch_id] = _cache_outcome(before, metrics.value)
 
-    stream = STREAMS[name](spark, config)
+    # (the partition count of a query's state is fixed by its first run's setting)
+    spark.conf.set("spark.sql.shuffle.partitions", str(config.shuffle_partitions))
+    stream = STREAMS[name](spark, config, metrics)
     trigger = {"availableNow": True} if available_now else {"processingTime": "0 seconds"}
     started = time.monotonic()
     query = (
@@ -331,9 +348,12 @@ def run_phase(
             if p["batchId"] not in seen and p["numInputRows"]:
                 seen.add(p["batchId"])
                 phase.add(p)
+                cache = caches.get(p["batchId"], "")
+                if cache:
+                    phase.batch_caches.append(cache)
                 _log(
                     f"  {name}: batch {p['batchId']}: {p['numInputRows']:,} rows "
-                    f"in {phase.batch_secs[-1]:.1f}s"
+                    f"in {phase.batch_secs[-1]:.1f}s" + (f" (cache {cache})" if cache else "")
                 )
 
     while query.isActive and (available_now or phase.rows < until_rows):
@@ -356,6 +376,16 @@ def run_phase(
     phase.wall_s = round(time.monotonic() - started, 2)
     phase.complete = phase.complete and phase.rows >= until_rows
     return phase
+
+
+def _cache_outcome(before: dict[str, int], after: dict[str, int]) -> str:
+    """What the product's processor did with its cached matcher in one batch (from
+    its counters' change; empty for the other contenders, which count nothing)."""
+    done = {n: after.get(f"cache_{n}", 0) - before.get(f"cache_{n}", 0) for n in _CACHE}
+    return ", ".join(f"{_CACHE[n]}" + (f" x{c}" if c > 1 else "") for n, c in done.items() if c)
+
+
+_CACHE = {"hits": "hit", "catch_ups": "catch-up", "misses": "miss"}
 
 
 # -- one size -------------------------------------------------------------------------------
@@ -405,6 +435,7 @@ def prepare(bootstrap: str, work: Path, n: int, plan: Plan) -> Size:
             checkpoint=str(work / f"{name}-{n}"),
             query_name=f"bench-{name}-{n}",
             topics=Topics(**inputs, **out),
+            shuffle_partitions=SHUFFLE_PARTITIONS[name],
         )
     return Size(n, inputs, configs)
 
@@ -782,6 +813,11 @@ def _section(result: dict, json_path: Path, plot: str) -> str:
             "rows / time in batches over the batches after the first (their count in",
             "parentheses); the first batch of the started query also pays its start (planning,",
             "state store load, cold workers and caches) and is shown apart (first batch s).",
+            "The product and the no-op run with one state partition, the job's setting for one",
+            "unsharded space (`streaming/config.py`: it keeps the space's batches on one Python",
+            "worker and its cached matcher); the native join with Spark's 2. What the product's",
+            "processor did with its cached matcher in each batch (hit, catch-up from the change",
+            "log, miss: rebuilt from the snapshot) is in the JSON (`batch_caches`).",
             "The native join gets batches of about "
             f"{NATIVE_PAIRS:,} subscription × profile pairs and a",
             f"budget of {plan['budget_s']:g} s: its rate is over the batches it finished.",

@@ -25,6 +25,7 @@ COUNTERS = (
     "keys",
     "timers",
     "cache_hits",
+    "cache_catch_ups",
     "cache_misses",
     "snapshots",
 )
