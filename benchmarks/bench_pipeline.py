@@ -382,7 +382,7 @@ def _cache_outcome(before: dict[str, int], after: dict[str, int]) -> str:
     """What the product's processor did with its cached matcher in one batch (from
     its counters' change; empty for the other contenders, which count nothing)."""
     done = {n: after.get(f"cache_{n}", 0) - before.get(f"cache_{n}", 0) for n in _CACHE}
-    return ", ".join(f"{_CACHE[n]}" + (f" x{c}" if c > 1 else "") for n, c in done.items() if c)
+    return ", ".join(_CACHE[n] + (f" x{c}" if c > 1 else "") for n, c in done.items() if c)
 
 
 _CACHE = {"hits": "hit", "catch_ups": "catch-up", "misses": "miss"}
