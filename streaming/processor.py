@@ -383,9 +383,9 @@ class MatchProcessor(StatefulProcessor):
 
     def _append(self, meta: dict, changes: list, generation: int) -> None:
         """Log a batch's changes at the log's end, as the version `meta["token"]`."""
-        entry = [list(change) for change in changes]
         key = (BATCH_KINDS[generation], f"{meta['log_len']:012d}")
-        self.log.updateValue(key, (json.dumps([meta["token"], entry]),))
+        # (each change is (kind, id, state text or None): JSON writes it as a list)
+        self.log.updateValue(key, (json.dumps([meta["token"], changes]),))
 
     def _compact(self, matcher: Any, meta: dict, closing: list | None) -> None:
         """Write the matcher as the new snapshot and start a new log generation.
