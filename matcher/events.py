@@ -141,12 +141,27 @@ class MatchWriter:
                     (s.subscriber.encode(), encode(event_dict(space, event, reason, sub, prof, ts)))
                 )
                 continue
-            text = f"{space}\x1f{s.id}\x1f{sub.version}{tail}"
-            mid = _sha256(text.encode()).hexdigest()[:32]
+            memo = sub.memo
+            if memo is None:
+                memo = sub.memo = _sub_parts(sub)
+            pre, fields, relation, key = memo
+            mid = _sha256(f"{space}{pre}{tail}".encode()).hexdigest()[:32]
             value = (
-                f'{head}{mid}{middle}{_STR(s.id)},"subscriber":{_STR(s.subscriber)}'
-                f'{profile}{_STR(s.relation)},"valid_from":{vf},'
+                f'{head}{mid}{middle}{fields}{profile}{relation},"valid_from":{vf},'
                 f'"valid_to":{"null" if vt == OPEN else int(vt)}{end}'
             )
-            out.append((s.subscriber.encode(), value.encode()))
+            out.append((key, value.encode()))
         return out
+
+
+def _sub_parts(sub: Held) -> tuple[str, str, str, bytes]:
+    """What a subscription's records share, whatever the profile (`Held.memo`): its
+    part of the match_id text (after the space), its id and subscriber fields, its
+    relation, and the record key."""
+    s = sub.record
+    return (
+        f"\x1f{s.id}\x1f{sub.version}",
+        f'{_STR(s.id)},"subscriber":{_STR(s.subscriber)}',
+        _STR(s.relation),
+        s.subscriber.encode(),
+    )

@@ -78,12 +78,16 @@ def drop(key: str) -> None:
 
 
 def _by_init(cls: type) -> Any | None:
-    """For a slots dataclass whose __init__ takes every field and does nothing
-    else: the getter of its fields in __init__ order; else None (pickled as usual)."""
+    """For a slots dataclass whose __init__ takes every field but those with a
+    default that are not state (`Held.memo`), and does nothing else: the getter
+    of its __init__ fields in order; else None (pickled as usual)."""
     fields = dataclasses.fields(cls)
-    names = tuple(f.name for f in fields)
-    plain = all(f.init for f in fields) and not hasattr(cls, "__post_init__")
-    return attrgetter(*names) if plain and getattr(cls, "__slots__", None) == names else None
+    names = tuple(f.name for f in fields if f.init)
+    rest = [f for f in fields if not f.init]
+    plain = all(f.default is not dataclasses.MISSING for f in rest)
+    plain = plain and not hasattr(cls, "__post_init__")
+    slots = getattr(cls, "__slots__", None)
+    return attrgetter(*names) if plain and slots == tuple(f.name for f in fields) else None
 
 
 _BY_INIT = {
