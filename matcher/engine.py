@@ -376,8 +376,10 @@ class SpaceMatcher:
         new = self._keep(self.profiles, "profile", rec)
         after = self._subs_of(rec, new)
         if old is None:  # (most records of a stream: tens of events each)
-            sids = [sid for sid in sorted(after) if self._owns(after[sid], new)]
-            subs = [after[sid] for sid in sids]
+            sids = sorted(after)
+            if self.shard is not None:
+                sids = [sid for sid in sids if self._owns(after[sid], new)]
+            subs = list(map(after.__getitem__, sids))
             events = self._pair_events("match", "new-profile", subs, new, rec.ts)
             return list(zip(sids, events, strict=True))
         out = []
