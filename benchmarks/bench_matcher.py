@@ -456,17 +456,25 @@ def main(
     json_path: Path | None = None,
     sizes: tuple[int, ...] | None = None,
     workloads: tuple[str, ...] | None = None,
+    budget_s: float | None = None,
 ) -> int:
     from benchmarks import report
 
     plan = QUICK if quick else FULL
-    plan = replace(plan, sizes=sizes or plan.sizes, workloads=workloads or plan.workloads)
+    plan = replace(
+        plan,
+        sizes=sizes or plan.sizes,
+        workloads=workloads or plan.workloads,
+        budget_s=budget_s or plan.budget_s,
+    )
     json_path = json_path or DEFAULT_JSON
     command = "tsm bench matcher" + (" --quick" if quick else "")
     if sizes:
         command += " --sizes " + ",".join(map(str, sizes))
     if workloads:
         command += " --workloads " + ",".join(workloads)
+    if budget_s:
+        command += f" --budget {budget_s:g}"
     command += f" --json {json_path}"
     run = Run(plan, lambda msg: print(msg, file=sys.stderr, flush=True))
     started = time.time()

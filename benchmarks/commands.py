@@ -50,6 +50,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     bench.add_argument(
         "--workloads", type=_workloads, metavar="KIND,…", help="workloads instead of the plan's"
     )
+    bench.add_argument(
+        "--budget",
+        type=_seconds,
+        metavar="SECONDS",
+        help="matcher: time a contender may take per size and phase (default 150; "
+        "past it, its rates are over what it did, or it is skipped)",
+    )
     bench.set_defaults(handler=_bench)
 
 
@@ -74,6 +81,8 @@ def _gen(args: argparse.Namespace) -> int:
 def _bench(args: argparse.Namespace) -> int:
     from streaming.cli import CliError
 
+    if args.budget is not None and args.target != "matcher":
+        raise CliError("--budget is for `tsm bench matcher` (the pipeline has its plan's budgets)")
     try:
         module = importlib.import_module(f"benchmarks.bench_{args.target}")
     except ModuleNotFoundError as exc:
@@ -82,7 +91,7 @@ def _bench(args: argparse.Namespace) -> int:
         raise CliError(f"`tsm bench {args.target}` is not available in this build") from exc
     if args.target == "pipeline":
         return module.main(quick=args.quick, json_path=args.json, sizes=args.sizes)
-    return module.main(args.quick, args.json, args.sizes, args.workloads)
+    return module.main(args.quick, args.json, args.sizes, args.workloads, args.budget)
 
 
 def _sizes(text: str) -> tuple[int, ...]:
@@ -93,6 +102,16 @@ def _sizes(text: str) -> tuple[int, ...]:
     if any(n < 10 for n in sizes):
         raise argparse.ArgumentTypeError("every size must be at least 10")
     return tuple(sorted(set(sizes)))
+
+
+def _seconds(text: str) -> float:
+    try:
+        seconds = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
+    if not seconds > 0 or seconds == float("inf"):
+        raise argparse.ArgumentTypeError("the budget must be a positive number of seconds")
+    return seconds
 
 
 def _workloads(text: str) -> tuple[str, ...]:

@@ -113,6 +113,18 @@ def test_quick_bench_runs_and_agrees(tmp_path, capsys) -> None:
     assert "MISMATCH" not in capsys.readouterr().err
 
 
+def test_bench_budget_flag_sets_the_plan_and_is_in_the_command(tmp_path, capsys) -> None:
+    out = tmp_path / "matcher.json"
+    args = ["--quick", "--sizes", "1000", "--workloads", "uniform", "--budget", "3.5"]
+    assert tsm(["bench", "matcher", *args, "--json", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert result["plan"]["budget_s"] == 3.5 and "--budget 3.5" in result["command"]
+    with pytest.raises(SystemExit):  # (argparse: usage and the reason on stderr)
+        tsm(["bench", "matcher", "--budget", "0"])
+    assert tsm(["bench", "pipeline", "--budget", "5"]) == 2
+    assert "--budget is for `tsm bench matcher`" in capsys.readouterr().err
+
+
 def test_matching_passes_alternate_between_contenders() -> None:
     """Every contender's timed passes are taken in turn with the others', so a
     slow spell of the machine falls on all of them alike."""
