@@ -118,7 +118,6 @@ class MatchWriter:
         # the rest of the loop; the tests hold the bytes to `encode(event_dict(...))`).
         # What the pairs share: the ends of the match_id text and of the record.
         space = self.space
-        tail = "\x1f".join(("", p.id, prof.version, event))
         head = (
             f'{{"event":{_STR(event)},"reason":{_STR(reason)},"match_id":"'
             if type(ts) is int
@@ -127,25 +126,35 @@ class MatchWriter:
         middle = f'","space":{self._space},"subscription_id":'
         profile = f',"profile_id":{_STR(p.id)},"relation":'
         end = f',"ts":{ts},"payload":{cached[1]}}}'
+        ends = space.encode(), "\x1f".join(("", p.id, prof.version, event)).encode()
         p_from, p_to = p.valid_from, p.valid_to
+        # The record's end when the pair's interval is the profile's (a subscription
+        # that begins before it and outlives it: most of them, in a stream).
+        span = (
+            f',"valid_from":{p_from},"valid_to":{"null" if p_to == OPEN else int(p_to)}{end}'
+            if head is not None and type(p_from) is int
+            else None
+        )
         out = []
         for sub in subs:
             s = sub.record
+            memo = sub.memo
+            if memo is None:
+                memo = sub.memo = _sub_parts(sub)
+            pre, fields, relation, key = memo
+            if span is not None and s.valid_from <= p_from and s.valid_to >= p_to:
+                mid = _sha256(ends[0] + pre + ends[1]).hexdigest()[:32]
+                out.append((key, f"{head}{mid}{middle}{fields}{profile}{relation}{span}".encode()))
+                continue
             vf, vt = s.valid_from, s.valid_to
             if p_from > vf:
                 vf = p_from
             if p_to < vt:
                 vt = p_to
             if head is None or type(vf) is not int:
-                out.append(
-                    (s.subscriber.encode(), encode(event_dict(space, event, reason, sub, prof, ts)))
-                )
+                out.append((key, encode(event_dict(space, event, reason, sub, prof, ts))))
                 continue
-            memo = sub.memo
-            if memo is None:
-                memo = sub.memo = _sub_parts(sub)
-            pre, fields, relation, key = memo
-            mid = _sha256(f"{space}{pre}{tail}".encode()).hexdigest()[:32]
+            mid = _sha256(ends[0] + pre + ends[1]).hexdigest()[:32]
             value = (
                 f'{head}{mid}{middle}{fields}{profile}{relation},"valid_from":{vf},'
                 f'"valid_to":{"null" if vt == OPEN else int(vt)}{end}'
@@ -154,13 +163,13 @@ class MatchWriter:
         return out
 
 
-def _sub_parts(sub: Held) -> tuple[str, str, str, bytes]:
+def _sub_parts(sub: Held) -> tuple[bytes, str, str, bytes]:
     """What a subscription's records share, whatever the profile (`Held.memo`): its
-    part of the match_id text (after the space), its id and subscriber fields, its
-    relation, and the record key."""
+    part of the match_id text (between the space and the profile's), its id and
+    subscriber fields, its relation, and the record key."""
     s = sub.record
     return (
-        f"\x1f{s.id}\x1f{sub.version}",
+        f"\x1f{s.id}\x1f{sub.version}".encode(),
         f'{_STR(s.id)},"subscriber":{_STR(s.subscriber)}',
         _STR(s.relation),
         s.subscriber.encode(),
