@@ -125,6 +125,18 @@ def test_bench_budget_flag_sets_the_plan_and_is_in_the_command(tmp_path, capsys)
     assert "--budget is for `tsm bench matcher`" in capsys.readouterr().err
 
 
+def test_a_hopeless_timed_step_stops_at_a_tenth_of_its_budget() -> None:
+    from benchmarks.bench_matcher import OverBudget, _timed
+
+    def burn(_: int) -> None:  # tens of µs of CPU: 20,000 of them take about a second
+        sum(range(2000))
+
+    with pytest.raises(OverBudget, match="would take") as stop:
+        _timed(burn, range(20_000), budget_s=0.1)
+    assert 256 <= stop.value.done < 20_000 and stop.value.seconds < 0.05
+    assert _timed(burn, range(300), budget_s=10.0) < 1.0  # (what fits is timed whole)
+
+
 def test_matching_passes_alternate_between_contenders() -> None:
     """Every contender's timed passes are taken in turn with the others', so a
     slow spell of the machine falls on all of them alike."""
