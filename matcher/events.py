@@ -126,15 +126,14 @@ class MatchWriter:
         middle = f'","space":{self._space},"subscription_id":'
         profile = f',"profile_id":{_STR(p.id)},"relation":'
         end = f',"ts":{ts},"payload":{cached[1]}}}'
-        ends = space.encode(), "\x1f".join(("", p.id, prof.version, event)).encode()
+        space_b = space.encode()
+        tail_b = "\x1f".join(("", p.id, prof.version, event)).encode()
         p_from, p_to = p.valid_from, p.valid_to
         # The record's end when the pair's interval is the profile's (a subscription
         # that begins before it and outlives it: most of them, in a stream).
-        span = (
-            f',"valid_from":{p_from},"valid_to":{"null" if p_to == OPEN else int(p_to)}{end}'
-            if head is not None and type(p_from) is int
-            else None
-        )
+        span = None
+        if head is not None and type(p_from) is int:
+            span = _interval_end(p_from, p_to, end)
         out = []
         for sub in subs:
             s = sub.record
@@ -143,24 +142,26 @@ class MatchWriter:
                 memo = sub.memo = _sub_parts(sub)
             pre, fields, relation, key = memo
             if span is not None and s.valid_from <= p_from and s.valid_to >= p_to:
-                mid = _sha256(ends[0] + pre + ends[1]).hexdigest()[:32]
-                out.append((key, f"{head}{mid}{middle}{fields}{profile}{relation}{span}".encode()))
-                continue
-            vf, vt = s.valid_from, s.valid_to
-            if p_from > vf:
-                vf = p_from
-            if p_to < vt:
-                vt = p_to
-            if head is None or type(vf) is not int:
-                out.append((key, encode(event_dict(space, event, reason, sub, prof, ts))))
-                continue
-            mid = _sha256(ends[0] + pre + ends[1]).hexdigest()[:32]
-            value = (
-                f'{head}{mid}{middle}{fields}{profile}{relation},"valid_from":{vf},'
-                f'"valid_to":{"null" if vt == OPEN else int(vt)}{end}'
-            )
-            out.append((key, value.encode()))
+                rest = span
+            else:
+                vf, vt = s.valid_from, s.valid_to
+                if p_from > vf:
+                    vf = p_from
+                if p_to < vt:
+                    vt = p_to
+                if head is None or type(vf) is not int:
+                    out.append((key, encode(event_dict(space, event, reason, sub, prof, ts))))
+                    continue
+                rest = _interval_end(vf, vt, end)
+            mid = _sha256(space_b + pre + tail_b).hexdigest()[:32]
+            out.append((key, f"{head}{mid}{middle}{fields}{profile}{relation}{rest}".encode()))
         return out
+
+
+def _interval_end(valid_from: int, valid_to: float, end: str) -> str:
+    """A record's `valid_from` and `valid_to` fields (the pair's interval) and its `end`."""
+    to = "null" if valid_to == OPEN else int(valid_to)
+    return f',"valid_from":{valid_from},"valid_to":{to}{end}'
 
 
 def _sub_parts(sub: Held) -> tuple[bytes, str, str, bytes]:
