@@ -44,6 +44,17 @@ from matcher.sharding import Sharding, ShardSpec, span_of
 Keyed = tuple[str, Any]
 
 
+def _due(heap: list[tuple[float, int, str, str]], until: float) -> list[tuple]:
+    """The items of a heap before `until`, unordered, visiting only those (and their
+    children): what a run of records will evict, without popping it yet."""
+    out, stack = [], [0] if heap and heap[0][0] < until else []
+    while stack:
+        i = stack.pop()
+        out.append(heap[i])
+        stack += [c for c in (2 * i + 1, 2 * i + 2) if c < len(heap) and heap[c][0] < until]
+    return out
+
+
 def _runs(records: list[Record]) -> Iterator[tuple[int, int]]:
     """(start, end) of each run of consecutive records of one kind."""
     start = 0
@@ -85,7 +96,6 @@ class SpaceMatcher:
     bytes); the engine never reads an event back."""
 
     _writer: Callable[..., Any] | None = None
-    _drops = 0  # held records dropped so far: prefetched answers are current while it stays
 
     def __init__(
         self, space: str, key: str | None = None, shard: tuple[ShardSpec, int] | None = None
@@ -99,9 +109,12 @@ class SpaceMatcher:
         self._expiry: list[tuple[float, int, str, str]] = []
         # held-set changes since drained: (kind, id, the record's `to_state` or None)
         self._changes: list[tuple[str, str, str | None]] = []
-        # id(record) -> (record, the other side's held items it holds with,
-        # `_drops` then), asked of the forest for a whole run of records at once
+        # id(record) -> (record, the other side's held items it holds with, that
+        # side's `_drops` then), asked of the forest for many records at once
         self._prefetched: dict[int, tuple[Record, dict[str, Held], int]] = {}
+        # held (subscriptions, profiles) dropped so far: a prefetched answer (items
+        # of one side) is current while that side's count stays
+        self._drops = [0, 0]
 
     # -- state --------------------------------------------------------------
 
@@ -121,7 +134,7 @@ class SpaceMatcher:
         return pickle.loads(blob)
 
     def __getstate__(self):
-        state = {**self.__dict__, "_changes": [], "_prefetched": {}}
+        state = {**self.__dict__, "_changes": [], "_prefetched": {}, "_drops": [0, 0]}
         state.pop("_writer", None)
         return state
 
@@ -137,6 +150,7 @@ class SpaceMatcher:
 
     def __setstate__(self, state):
         self.__dict__.update(state)
+        self._drops = [0, 0]  # (snapshots of earlier versions hold a single count)
 
     def next_expiry(self) -> float | None:
         """The earliest valid_to held (for an event-time timer), or None."""
@@ -202,8 +216,9 @@ class SpaceMatcher:
         return out
 
     def _prefetch(self, run: list[Record]) -> None:
-        """Match every upsert of a run, and the version each one replaces, in
-        one forest query."""
+        """Match every upsert of a run, the version each one replaces, and what
+        of its kind expires before its last record, in one forest query. (The
+        other side does not change within the run, but for drops.)"""
         queries: list[Subscribe | Publish] = []
         latest: dict[str, Subscribe | Publish] = {}
         for record in run:
@@ -216,8 +231,30 @@ class SpaceMatcher:
                     queries.append(old)
                 queries.append(record)
                 latest[record.id] = record
-        if len(queries) < 2:
+        if not queries:
             return
+        code = 0 if queries[0].kind == "subscription" else 1
+        until = max(record.ts for record in run)
+        queries += self._held_due(_due(self._expiry, until), code)
+        self._prefetch_queries(queries)
+
+    def _held_due(self, items: list[tuple[float, int, str, str]], code: int) -> list[Record]:
+        """The indexed held records of the expiry `items` of kind `code` (0: subscriptions)
+        that are current and not prefetched yet."""
+        table = self.subs if code == 0 else self.profiles
+        out = []
+        for item in items:
+            if item[1] == code and self._current(item):
+                record = table[item[2]].record
+                if table[item[2]].slot is not None and id(record) not in self._prefetched:
+                    out.append(record)
+        return out
+
+    def _prefetch_queries(self, queries: list[Subscribe | Publish]) -> list[int]:
+        """Ask the forest what each query (all of one kind) holds with, in one query;
+        the keys it added to `_prefetched`."""
+        if len(queries) < 2:
+            return []
         if queries[0].kind == "subscription":
             qi, slots = self.forest.match_subscriptions(
                 [(r.predicate, r.relation == "covers", r.valid_from, r.valid_to) for r in queries]
@@ -232,17 +269,19 @@ class SpaceMatcher:
         ids = list(map(handles.__getitem__, slots.tolist()))
         helds = list(map(table.__getitem__, ids))
         cut = np.searchsorted(qi, np.arange(len(queries) + 1)).tolist()
+        drops = self._drops[table is self.profiles]
         for q, record in enumerate(queries):
             a, b = cut[q], cut[q + 1]
             found = dict(zip(ids[a:b], helds[a:b], strict=True))
-            self._prefetched[id(record)] = (record, found, self._drops)
+            self._prefetched[id(record)] = (record, found, drops)
+        return list(map(id, queries))
 
     def _prefetched_for(self, record: Record, table: dict[str, Held]) -> dict[str, Held] | None:
         """The prefetched answer for a record, less what has expired since."""
         hit = self._prefetched.get(id(record))
         if hit is None or hit[0] is not record:
             return None
-        if hit[2] == self._drops:  # nothing dropped since: all of it is current
+        if hit[2] == self._drops[table is self.profiles]:  # none of that side dropped since
             return hit[1]
         return {k: h for k, h in hit[1].items() if table.get(k) is h}
 
@@ -266,8 +305,14 @@ class SpaceMatcher:
 
     def expire_ranked(self, until: float) -> list[tuple[tuple, dict[str, Any]]]:
         out: list[tuple[tuple, dict[str, Any]]] = []
+        due = []
         while self._expiry and self._expiry[0][0] < until:
-            item = heapq.heappop(self._expiry)
+            due.append(heapq.heappop(self._expiry))
+        # What each evicted record held with, asked of the forest at once per kind
+        # (eviction only drops: a prefetched answer less the drops is current).
+        added = self._prefetch_queries(self._held_due(due, 0))
+        added += self._prefetch_queries(self._held_due(due, 1))
+        for item in due:
             if not self._current(item):
                 continue
             valid_to, kind, ident, _ = item
@@ -276,6 +321,8 @@ class SpaceMatcher:
             else:
                 events = self._end_profile(self.profiles[ident], "expired", int(valid_to))
             out += [((0, valid_to, kind, ident, o), e) for o, e in events]
+        for key in added:
+            self._prefetched.pop(key, None)  # (a record due twice was asked twice)
         return out
 
     def _keep(self, table: dict[str, Held], kind: str, record: Subscribe | Publish) -> Held:
@@ -305,7 +352,7 @@ class SpaceMatcher:
 
     def _drop(self, table: dict[str, Held], kind: str, held: Held) -> None:
         del table[held.record.id]
-        self._drops += 1
+        self._drops[table is self.profiles] += 1
         self._changes.append((kind, held.record.id, None))
         if held.slot is not None:
             if kind == "subscription":
@@ -376,12 +423,7 @@ class SpaceMatcher:
         new = self._keep(self.profiles, "profile", rec)
         after = self._subs_of(rec, new)
         if old is None:  # (most records of a stream: tens of events each)
-            sids = sorted(after)
-            if self.shard is not None:
-                sids = [sid for sid in sids if self._owns(after[sid], new)]
-            subs = list(map(after.__getitem__, sids))
-            events = self._pair_events("match", "new-profile", subs, new, rec.ts)
-            return list(zip(sids, events, strict=True))
+            return self._profile_events("match", "new-profile", after, new, rec.ts)
         out = []
         for sid in sorted(after.keys() | before.keys()):
             if sid in after:
@@ -409,23 +451,28 @@ class SpaceMatcher:
     def _end_profile(self, held: Held, reason: str, ts: int) -> list[Keyed]:
         pairs = self._subs_of(held.record, held)
         self._drop(self.profiles, "profile", held)
-        return [
-            (sid, self._event("unmatch", reason, sub, held, ts))
-            for sid, sub in sorted(pairs.items())
-            if self._owns(sub, held)
-        ]
+        return self._profile_events("unmatch", reason, pairs, held, ts)
 
     def _event(self, event: str, reason: str, sub: Held, prof: Held, ts: int) -> Any:
         if self._writer is not None:
             return self._writer(event, reason, sub, prof, ts)
         return event_dict(self.space, event, reason, sub, prof, ts)
 
-    def _pair_events(self, event: str, reason: str, subs: list[Held], prof: Held, ts: int) -> list:
-        """`_event` of `prof` with each of `subs`, by the writer's `many` if it has one."""
+    def _profile_events(
+        self, event: str, reason: str, subs: dict[str, Held], prof: Held, ts: int
+    ) -> list[Keyed]:
+        """`_event` of `prof` with each of `subs` (by id) whose pair this key owns, in id
+        order, by the writer's `many` if it has one (a profile's tens of records)."""
+        sids = sorted(subs)
+        if self.shard is not None:
+            sids = [sid for sid in sids if self._owns(subs[sid], prof)]
+        held = list(map(subs.__getitem__, sids))
         many = getattr(self._writer, "many", None)
         if many is not None:
-            return many(event, reason, subs, prof, ts)
-        return [self._event(event, reason, sub, prof, ts) for sub in subs]
+            events = many(event, reason, held, prof, ts)
+        else:
+            events = [self._event(event, reason, sub, prof, ts) for sub in held]
+        return list(zip(sids, events, strict=True))
 
 
 def late_reason(ts: int, watermark: float, lateness_ms: int) -> str:

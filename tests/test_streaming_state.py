@@ -333,3 +333,38 @@ def test_a_worker_catches_up_across_a_snapshot_the_other_wrote():
         across += len(since) == 1
     assert [i for i, counts in enumerate(seen) if counts.get("cache_misses")] == expected
     assert across and len(expected) > 2, "the workload no longer compacts where this needs"
+
+
+def test_evictions_are_matched_in_one_forest_query_and_written_as_one_at_a_time():
+    """What a batch evicts (expiries before its records, and by the watermark) is asked
+    of the forest at once, per kind: a steady stream of profiles valid for a while
+    evicts one for each new one, and a query each made such a batch 7x slower. The
+    records are those of applying one record at a time, byte for byte."""
+    subs, profiles = generate("nested", 4, 600, 900)
+    for p in profiles:
+        p["valid_to"] = p["valid_from"] + 400  # (each outlives about 200 of its successors)
+    space = subs[0]["space"]
+    sub_records = _records("subscription", subs, "s")
+    batches = [_records("profile", profiles[i : i + 150], "p") for i in range(0, 900, 150)]
+
+    one = SpaceMatcher(space)
+    expected = _written(one, lambda m: [e for r in sub_records for e in m.apply(r)])
+    for batch in batches:
+        expected += _written(one, lambda m, b=batch: [e for r in b for e in m.apply(r)])
+    expected += _written(one, lambda m: m.expire(float("inf")))
+
+    batched, queries = SpaceMatcher(space), []
+    for name in ("match_profiles", "match_subscriptions"):
+        ask = getattr(batched.forest, name)
+        setattr(batched.forest, name, lambda *a, ask=ask: queries.append(len(a[0])) or ask(*a))
+    got = _written(batched, lambda m: m.apply_batch(sub_records))
+    for batch in batches:
+        got += _written(batched, lambda m, b=batch: [e for es in m.iter_batch(b) for e in es])
+    got += _written(batched, lambda m: m.expire(float("inf")))
+
+    unmatches = sum(b'"event":"unmatch"' in v for _, v in got)
+    assert got == expected and unmatches > 1000
+    # a query per batch (its profiles and what it evicts) and one for the final
+    # eviction, not one per evicted profile (one at a time: 907 queries)
+    assert len(queries) < 20, queries
+    assert max(queries) >= 150
