@@ -411,7 +411,7 @@ class SpaceMatcher:
                     out.append((pid, self._event("match", reason, new, prof, rec.ts)))
             else:
                 prof = before[pid]
-                if self._owns(old, prof) and not holds(rec, prof.record):
+                if self._owns(old, prof) and not self._still(new, rec, prof.record):
                     out.append((pid, self._event("unmatch", reason, old, prof, rec.ts)))
         return out
 
@@ -424,20 +424,24 @@ class SpaceMatcher:
         after = self._subs_of(rec, new)
         if old is None:  # (most records of a stream: tens of events each)
             return self._profile_events("match", "new-profile", after, new, rec.ts)
-        out = []
+        pairs = []  # (subscription id, event, sub, the profile's version it is of)
         for sid in sorted(after.keys() | before.keys()):
             if sid in after:
                 sub = after[sid]
                 if not self._owns(sub, new):
                     continue
                 was = sid in before if old.slot is not None else holds(sub.record, old.record)
-                event = "update" if was else "match"
-                out.append((sid, self._event(event, "changed", sub, new, rec.ts)))
+                pairs.append((sid, "update" if was else "match", sub, new))
             else:
                 sub = before[sid]
-                if self._owns(sub, old) and not holds(sub.record, rec):
-                    out.append((sid, self._event("unmatch", "changed", sub, old, rec.ts)))
-        return out
+                if self._owns(sub, old) and not self._still(new, sub.record, rec):
+                    pairs.append((sid, "unmatch", sub, old))
+        return self._grouped(pairs, "changed", rec.ts)
+
+    def _still(self, new: Held, sub: Subscribe, pub: Publish) -> bool:
+        """Whether a pair that the forest did not find for the `new` version holds: it
+        does not if that version is indexed here (the forest found all it holds with)."""
+        return new.slot is None and holds(sub, pub)
 
     def _end_sub(self, held: Held, reason: str, ts: int) -> list[Keyed]:
         pairs = self._profiles_of(held.record, held)
@@ -457,6 +461,26 @@ class SpaceMatcher:
         if self._writer is not None:
             return self._writer(event, reason, sub, prof, ts)
         return event_dict(self.space, event, reason, sub, prof, ts)
+
+    def _grouped(self, pairs: list[tuple[str, str, Held, Held]], reason: str, ts: int) -> list:
+        """`(id, event, sub, prof)` as `(id, event record)`, in order, the records of each
+        (event, profile) written at once by the writer's `many` (an upserted profile's
+        updates: the tracking workload's most records)."""
+        many = getattr(self._writer, "many", None)
+        if many is None:
+            return [(i, self._event(e, reason, sub, prof, ts)) for i, e, sub, prof in pairs]
+        groups: dict[tuple[str, int], tuple[list[int], list[Held], Held]] = {}
+        for at, (_, event, sub, prof) in enumerate(pairs):
+            group = groups.get((event, id(prof)))
+            if group is None:
+                group = groups[event, id(prof)] = ([], [], prof)
+            group[0].append(at)
+            group[1].append(sub)
+        out: list = [None] * len(pairs)
+        for (event, _), (places, subs, prof) in groups.items():
+            for at, record in zip(places, many(event, reason, subs, prof, ts), strict=True):
+                out[at] = (pairs[at][0], record)
+        return out
 
     def _profile_events(
         self, event: str, reason: str, subs: dict[str, Held], prof: Held, ts: int
