@@ -51,18 +51,24 @@ _LIKE_HELP = (
     "with no '_' wildcard; write \\% or \\_ for a literal % or _"
 )
 
+# A token and the blanks before it, in one match (half the matches of a pattern
+# that makes the blanks a token of their own).
 _TOKEN = re.compile(
     r"""
-    (?P<space>\s+)
-    | (?P<num>-?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)
+    \s*
+    (?: (?P<num>-?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)
     | (?P<name>[A-Za-z_][A-Za-z0-9_.]*)
     | (?P<str>'(?:[^']|'')*')
     | (?P<qname>"(?:[^"]|"")*")
     | (?P<op><=|>=|<>|!=|=|<|>)
     | (?P<punct>[(),])
+    )
     """,
     re.VERBOSE,
 )
+
+
+END_PAD = 2  # "end" tokens after the text's: the parser looks one token ahead
 
 
 class _Token(NamedTuple):
@@ -156,15 +162,16 @@ class _Parser:
         return node
 
     def peek(self, ahead: int = 0) -> _Token:
-        return self.tokens[min(self.pos + ahead, len(self.tokens) - 1)]
+        return self.tokens[self.pos + ahead]  # (the tokens end with END_PAD "end" tokens)
 
     def take(self) -> _Token:
-        token = self.peek()
-        self.pos = min(self.pos + 1, len(self.tokens) - 1)
+        token = self.tokens[self.pos]
+        if token.kind != "end":
+            self.pos += 1
         return token
 
     def at(self, kind: str, text: str | None = None, ahead: int = 0) -> bool:
-        token = self.peek(ahead)
+        token = self.tokens[self.pos + ahead]
         return token.kind == kind and (text is None or token.text == text)
 
     def fail(self, expected: str, token: _Token | None = None) -> NoReturn:
@@ -321,27 +328,26 @@ class _Parser:
 
 def _tokenize(text: str) -> list[_Token]:
     tokens = []
-    pos = 0
-    while pos < len(text):
+    pos, end = 0, len(text.rstrip())
+    while pos < end:
         match = _TOKEN.match(text, pos)
-        col = pos + 1
         if match is None:
-            char = text[pos]
+            pos += len(text[pos:]) - len(text[pos:].lstrip())  # (the blanks before it)
+            char, col = text[pos], pos + 1
             if char in "'\"":
                 what = "string" if char == "'" else "quoted attribute name"
                 raise FilterError(f"unterminated {what} starting at column {col}")
             raise FilterError(f"unexpected character {char!r} at column {col}")
-        kind, word = match.lastgroup, match.group()
+        kind = match.lastgroup
+        word = match.group(kind)
+        col = match.start(kind) + 1
         pos = match.end()
-        if kind == "space":
-            continue
         if kind == "name" and word.upper() in _KEYWORDS:
             kind, word = "kw", word.upper()
         elif kind == "punct":
             kind = word
         tokens.append(_Token(kind, word, col))
-    tokens.append(_Token("end", "", len(text) + 1))
-    return tokens
+    return tokens + [_Token("end", "", len(text) + 1)] * END_PAD
 
 
 def _describe(token: _Token) -> str:
