@@ -71,10 +71,11 @@ class Plan:
     trickle_per_s: float  # latency phase: profiles per second (0: no latency phase)
     trickle_s: float
     budget_s: float  # per phase and contender (loading: LOAD_BUDGETS times this)
+    steady: int = 0  # the product's steady phase: profiles after all the others (≤ profiles)
 
 
-QUICK = Plan((1_000,), 300, 100, 0.0, 0.0, 240.0)
-FULL = Plan((10_000, 100_000), 20_000, 5_000, 10.0, 15.0, 600.0)
+QUICK = Plan((1_000,), 300, 100, 0.0, 0.0, 240.0, steady=200)
+FULL = Plan((10_000, 100_000), 20_000, 5_000, 10.0, 15.0, 600.0, steady=20_000)
 LOAD_BUDGETS = 3
 # The native join's cost is about linear in subscriptions × profiles of a batch:
 # its batches hold about this many pairs (a minute or so here), at most `Plan.batch`.
@@ -124,17 +125,26 @@ def workload(n_subs: int, n_profiles: int) -> tuple[list[bytes], list[bytes]]:
     return subs, profiles
 
 
-def trickle(profiles: list[bytes], n: int, prefix: str) -> list[bytes]:
-    """`n` more profiles: copies of the first ones with new ids, after the backlog in time."""
-    last = json.loads(profiles[-1])["ts"]
+def later(
+    profiles: list[bytes], n: int, prefix: str, start: int, gap_ms: int | None = None
+) -> list[bytes]:
+    """`n` more profiles: copies of the first ones with new ids, the first at `start`,
+    `gap_ms` apart (or as far apart as the originals), each valid as long as its original."""
+    first = json.loads(profiles[0])["ts"]
     out = []
     for i in range(n):
         record = json.loads(profiles[i % len(profiles)])
-        shift = last + 1000 + i - record["ts"]
-        record |= {"id": f"{prefix}{i}", "ts": record["ts"] + shift}
-        record |= {"valid_from": record["ts"], "valid_to": record["valid_to"] + shift}
+        ts = start + i * gap_ms if gap_ms is not None else start + record["ts"] - first
+        shift = ts - record["ts"]
+        record |= {"id": f"{prefix}{i}", "ts": ts, "valid_from": ts}
+        record["valid_to"] += shift
         out.append(json.dumps(record).encode())
     return out
+
+
+def trickle(profiles: list[bytes], n: int, prefix: str) -> list[bytes]:
+    """`n` more profiles for the latency phase, 1 ms apart after the backlog in time."""
+    return later(profiles, n, prefix, json.loads(profiles[-1])["ts"] + 1000, gap_ms=1)
 
 
 # -- contenders -----------------------------------------------------------------------------
@@ -404,6 +414,9 @@ class Result:
     latency_p95_ms: float | None = None
     latency_samples: int = 0
     pairs: int | None = None
+    steady: Phase | None = None  # the product only: its steady phase
+    steady_profiles_per_s: float | None = None
+    steady_batches: int = 0
 
 
 @dataclass
@@ -500,6 +513,8 @@ def run_size(spark: SparkSession, bootstrap: str, work: Path, plan: Plan, n: int
     _log(f"{n:,}: agreement product vs native join: {check or 'same pairs'}")
     if plan.trickle_per_s:
         latency(spark, bootstrap, size, profiles, results, plan)
+    if plan.steady:
+        steady(spark, bootstrap, size, profiles, results["product"], plan)
     # The broker rewrites all it holds after writes: what this size wrote must not
     # tax the next one's contenders.
     delete_topics(bootstrap, size.topics())
@@ -639,6 +654,31 @@ def latency(
         _log(f"{size.n:,}: {name}: latency p50 {r.latency_p50_ms} ms, p95 {r.latency_p95_ms} ms")
 
 
+def steady(
+    spark: SparkSession, bootstrap: str, size: Size, profiles: list[bytes], r: Result, plan: Plan
+) -> None:
+    """The product over `plan.steady` more profiles, as far apart as the backlog's, the
+    first when the backlog's first expires (and after the latency phase's): each evicts
+    one of the backlog's (an `unmatch` record per pair) and the change log is compacted
+    now and then, as in a long-running stream of profiles valid for a while. The no-op
+    keeps no state: its backlog rate is its rate here too."""
+    from connectors.produce import produce_lines
+
+    if not (r.backlog and r.backlog.complete):
+        return
+    first, last = json.loads(profiles[0]), json.loads(profiles[-1])
+    start = max(first["valid_to"], last["ts"] + 2000 + int(plan.trickle_per_s * plan.trickle_s))
+    lines = later(profiles, min(plan.steady, len(profiles)), "steady-", start)
+    produce_lines(bootstrap, size.inputs["profiles"], lines)
+    _log(f"{size.n:,}: product: steady, {len(lines):,} profiles that evict the backlog's")
+    config = size.configs["product"]
+    r.steady = run_phase(
+        spark, "product", config, available_now=True, until_rows=len(lines), budget_s=plan.budget_s
+    )
+    r.steady_profiles_per_s, r.steady_batches = r.steady.rate()
+    _log(f"{size.n:,}: product: steady {r.steady_profiles_per_s} profiles/s")
+
+
 def _row(r: Result) -> dict:
     row = asdict(r)
     row["complete"] = r.load.complete and bool(r.backlog and r.backlog.complete)
@@ -707,6 +747,9 @@ def ratios(sizes: list[dict]) -> list[dict]:
             row[f"product/{other}"] = None if value is None else round(value, 3)
             row[f"target product/{other}"] = target
             row[f"met product/{other}"] = None if value is None else value >= target
+        steady = next((r["steady_profiles_per_s"] for r in s["rows"] if r["steady"]), None)
+        value = steady / rate["no-op"] if steady and rate.get("no-op") else None
+        row["product steady/no-op"] = None if value is None else round(value, 3)
         out.append(row)
     return out
 
@@ -722,8 +765,8 @@ def _secs(v: float | None) -> str:
 def table(result: dict) -> str:
     lines = [
         "| subscriptions | contender | load s | first batch s | profiles/s (batches) "
-        "| latency p50 / p95 ms | pairs | note |",
-        "|---:|---|---:|---:|---:|---:|---:|---|",
+        "| steady profiles/s (batches) | latency p50 / p95 ms | pairs | note |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|---|",
     ]
     for s in result["sizes"]:
         for r in s["rows"]:
@@ -737,21 +780,27 @@ def table(result: dict) -> str:
                 f"| {s['size']:,} | {r['contender']} | {r['load']['wall_s']:.1f} "
                 f"| {_secs(r['first_batch_s'])} "
                 f"| {_num(r['profiles_per_s'])} ({r['rate_batches']}) "
-                f"| {_num(r['latency_p50_ms'])} / {_num(r['latency_p95_ms'])} "
+                + (
+                    f"| {_num(r['steady_profiles_per_s'])} ({r['steady_batches']}) "
+                    if r.get("steady")
+                    else "| - "
+                )
+                + f"| {_num(r['latency_p50_ms'])} / {_num(r['latency_p95_ms'])} "
                 f"| {_num(r['pairs'])} | {note} |"
             )
     lines += [
         "",
         "| subscriptions | product / no-op (target ≥ 0.6) "
-        "| product / native join (target ≥ 5) | agreement |",
-        "|---:|---:|---:|---|",
+        "| product / native join (target ≥ 5) | product steady / no-op | agreement |",
+        "|---:|---:|---:|---:|---|",
     ]
     for s, q in zip(result["sizes"], result["ratios"], strict=True):
         cells = []
         for other in ("no-op", "native-join"):
             v, met = q[f"product/{other}"], q[f"met product/{other}"]
             cells.append("-" if v is None else f"{v:.2f} ({'met' if met else 'not met'})")
-        lines.append(f"| {s['size']:,} | {cells[0]} | {cells[1]} | {s['agreement']} |")
+        steady = _num(q.get("product steady/no-op"))
+        lines.append(f"| {s['size']:,} | {cells[0]} | {cells[1]} | {steady} | {s['agreement']} |")
     return "\n".join(lines)
 
 
@@ -840,10 +889,11 @@ def _section(result: dict, json_path: Path, plot: str) -> str:
             "than the backlog spans, so none expires within it, and the processor's change log",
             "is not compacted into a new snapshot within it. A long-running stream of such",
             "profiles also evicts one profile for each new one (an `unmatch` record per pair:",
-            "twice the output) and writes a snapshot every few batches. At 100k subscriptions",
-            "that took a 5,000-profile batch of the product from about 2.5 s to 3.5-4.4 s, and",
-            "6.8 s for the batch that also wrote the snapshot (one run of 50,000 profiles,",
-            "outside this benchmark).",
+            "twice the output) and writes a snapshot every few batches. steady profiles/s is",
+            f"that: the product over {plan.get('steady', 0):,} more profiles, as far apart as the",
+            "backlog's, the first when the backlog's first expires, so that each evicts one of",
+            "the backlog's (rate over the batches after the first, as above); product steady /",
+            "no-op divides it by the no-op's backlog rate (the no-op keeps no state).",
             "",
             "Reproduce (from the repository root):",
             "",

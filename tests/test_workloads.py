@@ -131,3 +131,21 @@ def test_bench_has_every_query(kind: str) -> None:
     assert len(data.query_filters) == plan.queries
     assert len(data.warm_profiles) == len(data.warm_filters) == plan.queries
     assert len(data.profiles) == max(plan.sizes)
+
+
+def test_later_profiles_keep_their_spacing_and_validity():
+    """The pipeline benchmark's steady phase: copies after the backlog, as far apart as
+    the originals and valid as long; the latency phase's trickle: 1 ms apart."""
+    from benchmarks.bench_pipeline import later, trickle, workload
+
+    _, profiles = workload(200, 50)
+    originals = [json.loads(p) for p in profiles]
+    start = originals[0]["valid_to"]
+    copies = [json.loads(p) for p in later(profiles, 50, "x-", start)]
+    assert [c["id"] for c in copies] == [f"x-{i}" for i in range(50)]
+    assert [c["ts"] - start for c in copies] == [o["ts"] - originals[0]["ts"] for o in originals]
+    for c, o in zip(copies, originals, strict=True):
+        assert c["valid_from"] == c["ts"] and c["valid_to"] - c["ts"] == o["valid_to"] - o["ts"]
+        assert c["attrs"] == o["attrs"]
+    drip = [json.loads(p)["ts"] for p in trickle(profiles, 5, "t-")]
+    assert drip == [originals[-1]["ts"] + 1000 + i for i in range(5)]

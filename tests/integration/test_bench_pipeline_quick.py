@@ -31,6 +31,9 @@ def test_quick_pipeline_bench_contenders_agree(tmp_path):
     assert set(rows) == {"product", "no-op", "native-join"}
     assert all(r["complete"] for r in rows.values())
     assert rows["product"]["pairs"] == rows["native-join"]["pairs"] > 0
+    # the product's steady phase read its profiles (the others have none)
+    assert rows["product"]["steady"]["rows"] == result["plan"]["steady"] > 0
+    assert rows["no-op"]["steady"] is None and rows["native-join"]["steady"] is None
     assert (tmp_path / "bench" / "pipeline.png").is_file()
     assert "<!-- pipeline -->" in (tmp_path / "bench" / "README.md").read_text()
     assert "| product / no-op" in done.stdout
