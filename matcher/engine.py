@@ -245,9 +245,9 @@ class SpaceMatcher:
         out = []
         for item in items:
             if item[1] == code and self._current(item):
-                record = table[item[2]].record
-                if table[item[2]].slot is not None and id(record) not in self._prefetched:
-                    out.append(record)
+                held = table[item[2]]
+                if held.slot is not None and id(held.record) not in self._prefetched:
+                    out.append(held.record)
         return out
 
     def _prefetch_queries(self, queries: list[Subscribe | Publish]) -> list[int]:
@@ -464,11 +464,8 @@ class SpaceMatcher:
 
     def _grouped(self, pairs: list[tuple[str, str, Held, Held]], reason: str, ts: int) -> list:
         """`(id, event, sub, prof)` as `(id, event record)`, in order, the records of each
-        (event, profile) written at once by the writer's `many` (an upserted profile's
-        updates: the tracking workload's most records)."""
-        many = getattr(self._writer, "many", None)
-        if many is None:
-            return [(i, self._event(e, reason, sub, prof, ts)) for i, e, sub, prof in pairs]
+        (event, profile) written at once (`_write`: an upserted profile's updates are the
+        tracking workload's most records)."""
         groups: dict[tuple[str, int], tuple[list[int], list[Held], Held]] = {}
         for at, (_, event, sub, prof) in enumerate(pairs):
             group = groups.get((event, id(prof)))
@@ -478,7 +475,7 @@ class SpaceMatcher:
             group[1].append(sub)
         out: list = [None] * len(pairs)
         for (event, _), (places, subs, prof) in groups.items():
-            for at, record in zip(places, many(event, reason, subs, prof, ts), strict=True):
+            for at, record in zip(places, self._write(event, reason, subs, prof, ts), strict=True):
                 out[at] = (pairs[at][0], record)
         return out
 
@@ -486,17 +483,19 @@ class SpaceMatcher:
         self, event: str, reason: str, subs: dict[str, Held], prof: Held, ts: int
     ) -> list[Keyed]:
         """`_event` of `prof` with each of `subs` (by id) whose pair this key owns, in id
-        order, by the writer's `many` if it has one (a profile's tens of records)."""
+        order, written at once (`_write`: a profile's tens of records)."""
         sids = sorted(subs)
         if self.shard is not None:
             sids = [sid for sid in sids if self._owns(subs[sid], prof)]
         held = list(map(subs.__getitem__, sids))
+        return list(zip(sids, self._write(event, reason, held, prof, ts), strict=True))
+
+    def _write(self, event: str, reason: str, subs: list[Held], prof: Held, ts: int) -> list:
+        """`_event` of `prof` with each of `subs`, by the writer's `many` if it has one."""
         many = getattr(self._writer, "many", None)
         if many is not None:
-            events = many(event, reason, held, prof, ts)
-        else:
-            events = [self._event(event, reason, sub, prof, ts) for sub in held]
-        return list(zip(sids, events, strict=True))
+            return many(event, reason, subs, prof, ts)
+        return [self._event(event, reason, sub, prof, ts) for sub in subs]
 
 
 def late_reason(ts: int, watermark: float, lateness_ms: int) -> str:
