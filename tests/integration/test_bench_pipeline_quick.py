@@ -28,12 +28,16 @@ def test_quick_pipeline_bench_contenders_agree(tmp_path):
     (size,) = result["sizes"]
     assert size["agreement"] == "same pairs"
     rows = {r["contender"]: r for r in size["rows"]}
-    assert set(rows) == {"product", "no-op", "native-join"}
+    assert set(rows) == {"product", "output-only", "no-op", "native-join"}
     assert all(r["complete"] for r in rows.values())
     assert rows["product"]["pairs"] == rows["native-join"]["pairs"] > 0
+    # the output-only wrote the product's records again: the same pairs
+    assert rows["output-only"]["pairs"] == rows["product"]["pairs"]
     # the product's steady phase read its profiles (the others have none)
     assert rows["product"]["steady"]["rows"] == result["plan"]["steady"] > 0
-    assert rows["no-op"]["steady"] is None and rows["native-join"]["steady"] is None
+    assert all(rows[name]["steady"] is None for name in ("output-only", "no-op", "native-join"))
     assert (tmp_path / "bench" / "pipeline.png").is_file()
     assert "<!-- pipeline -->" in (tmp_path / "bench" / "README.md").read_text()
-    assert "| product / no-op" in done.stdout
+    assert "| product / no-op" in done.stdout and "| product / output-only" in done.stdout
+    (ratios,) = result["ratios"]
+    assert ratios["product/output-only"] > 0
