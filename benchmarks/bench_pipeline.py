@@ -180,9 +180,10 @@ class OutputOnlyProcessor(StatefulProcessor):
     """The output-only: writes for each profile the records the product wrote for it
     (`save_output`), as the product does (`Packer`, while it works), and keeps no
     state. A profile's records are one pickle in a file read through `mmap`, found
-    by its id in `index` (id -> offset, length)."""
+    by the profile's Kafka partition and offset in `index` (-> file offset, length):
+    a profile is not even decoded."""
 
-    def __init__(self, out_topic: str, path: str, index: dict[str, tuple[int, int]]) -> None:
+    def __init__(self, out_topic: str, path: str, index: dict[tuple[int, int], tuple[int, int]]):
         self.out_topic, self.path, self.index = out_topic, path, index
 
     def init(self, handle: StatefulProcessorHandle) -> None:
@@ -200,8 +201,10 @@ class OutputOnlyProcessor(StatefulProcessor):
         if self.index:
             with open(self.path, "rb") as f, mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ) as m:
                 for frame in rows:
-                    for value in frame[frame["kord"] == 1]["value"].tolist():
-                        at = self.index.get(json.loads(value)["id"])
+                    profiles = frame[frame["kord"] == 1]
+                    parts, offsets = profiles["part"].tolist(), profiles["off"].tolist()
+                    for place in zip(parts, offsets, strict=True):
+                        at = self.index.get(place)
                         if at is not None:
                             yield from packer.add(pickle.loads(m[at[0] : at[0] + at[1]]))
         yield from packer.flush()
@@ -210,16 +213,21 @@ class OutputOnlyProcessor(StatefulProcessor):
         pass
 
 
-def save_output(records: dict[str, list[tuple[bytes, bytes]]], path: Path) -> None:
+def save_output(
+    records: dict[str, list[tuple[bytes, bytes]]],
+    places: dict[str, tuple[int, int]],
+    path: Path,
+) -> None:
     """The product's records per profile id, for the output-only: one pickle per
-    profile in `path`, and their index (id -> offset, length) in `path.index`."""
+    profile in `path`, and their index in `path.index`, by the profile's place
+    (Kafka partition, offset: `places`) -> file offset, length."""
     import pickle
 
     index = {}
     with path.open("wb") as f:
         for pid, pairs in records.items():
             blob = pickle.dumps(pairs, protocol=pickle.HIGHEST_PROTOCOL)
-            index[pid] = (f.tell(), len(blob))
+            index[places[pid]] = (f.tell(), len(blob))
             f.write(blob)
     _index_path(path).write_bytes(pickle.dumps(index))
 
@@ -588,7 +596,9 @@ def run_size(spark: SparkSession, bootstrap: str, work: Path, plan: Plan, n: int
         keep: dict[str, list[tuple[bytes, bytes]]] | None = {} if name == "product" else None
         pairs[name] = output_pairs(bootstrap, size, since={}, names=(name,), keep=keep)[name]
         if keep is not None:  # the output-only writes the product's records
-            save_output(keep, output_path(size.configs["output-only"]))
+            topic = size.inputs["profiles"]
+            places = profile_places(bootstrap, topic, r.backlog.end_offsets.get(topic, {}))
+            save_output(keep, places, output_path(size.configs["output-only"]))
         matches = size.configs[name].topics.matches
         delete_topics(bootstrap, [matches])
         create_topics(bootstrap, {matches: 2})
@@ -653,9 +663,6 @@ def output_pairs(
 def processed_ids(bootstrap: str, size: Size, results: list[Result]) -> set[str] | None:
     """The ids of the backlog profiles that every one of `results` read (by the source's
     end offsets), or None when all of them read the whole backlog."""
-    from connectors.config import confluent_config
-    from connectors.kafka_source import OffsetRange, read_range
-
     if all(r.backlog and r.backlog.complete for r in results):
         return None
     topic = size.inputs["profiles"]
@@ -664,17 +671,28 @@ def processed_ids(bootstrap: str, size: Size, results: list[Result]) -> set[str]
         read = r.backlog.end_offsets.get(topic, {}) if r.backlog else {}
         for part in set(ends) | set(read):
             ends[part] = min(ends.get(part, 2**62), read.get(part, 0))
+    return set(profile_places(bootstrap, topic, ends))
+
+
+def profile_places(bootstrap: str, topic: str, ends: dict[str, int]) -> dict[str, tuple[int, int]]:
+    """Profile id -> (partition, offset) of the profiles in `topic` before `ends`
+    (partition -> offset, as a source's end offsets)."""
+    from connectors.config import confluent_config
+    from connectors.kafka_source import OffsetRange, read_range
+
     config = confluent_config(
         bootstrap, required={"group.id": "tsm-bench", "enable.auto.commit": False}
     )
-    ids = set()
+    places = {}
     for part, end in ends.items():
         if end > 0:
             for batch in read_range(
                 config, OffsetRange(topic, int(part), 0, end), poll_timeout=30.0
             ):
-                ids.update(json.loads(v)["id"] for v in batch.column("value").to_pylist())
-    return ids
+                values, offsets = batch.column("value").to_pylist(), batch.column("offset")
+                for v, off in zip(values, offsets.to_pylist(), strict=True):
+                    places[json.loads(v)["id"]] = (int(part), off)
+    return places
 
 
 def agreement(
