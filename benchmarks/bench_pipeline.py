@@ -183,7 +183,9 @@ class OutputOnlyProcessor(StatefulProcessor):
     by the profile's Kafka partition and offset in `index` (-> file offset, length):
     a profile is not even decoded."""
 
-    def __init__(self, out_topic: str, path: str, index: dict[tuple[int, int], tuple[int, int]]):
+    def __init__(
+        self, out_topic: str, path: str, index: dict[tuple[int, int], tuple[int, int]]
+    ) -> None:
         self.out_topic, self.path, self.index = out_topic, path, index
 
     def init(self, handle: StatefulProcessorHandle) -> None:
@@ -198,9 +200,10 @@ class OutputOnlyProcessor(StatefulProcessor):
         from connectors.kafka_sink import Packer
 
         packer = Packer(self.out_topic)
+        frames = list(rows)  # (read whole, as the other processors read theirs)
         if self.index:
             with open(self.path, "rb") as f, mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ) as m:
-                for frame in rows:
+                for frame in frames:
                     profiles = frame[frame["kord"] == 1]
                     parts, offsets = profiles["part"].tolist(), profiles["off"].tolist()
                     for place in zip(parts, offsets, strict=True):
@@ -264,6 +267,7 @@ def _operator_stream(spark: SparkSession, config: Any, processor: StatefulProces
 
 
 def noop_stream(spark: SparkSession, config: Any, metrics: Any) -> DataFrame:
+    """The no-op's pipeline: `ForwardProcessor` in the job's operator shape."""
     return _operator_stream(spark, config, ForwardProcessor(config.topics.matches))
 
 
