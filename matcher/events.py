@@ -7,10 +7,19 @@ Kafka key and value. The job writes tens of records per profile, hundreds of
 thousands a batch: making each dict and encoding it afterwards cost 4.4-5.5
 µs a record, writing the bytes straight from the pair 2.6-2.8 µs (322,988
 match records of the pipeline workload at 100k subscriptions, best of two).
+
+`match_id` is two digests side by side, so that no record needs a hash of its
+own: the subscription version's (its id and version) and the profile event's
+(space, profile id and version, event), 96 bits each, in URL-safe base64 (16
+characters each, 32 in all). Two different records share a `match_id` only if
+both halves collide; a consumer that drops duplicates sees a false one with a
+chance under n²/2⁹⁷ among n records of one subscription version (10⁻⁹ for ten
+billion). One SHA-256 per record cost 0.4 µs of the job's 1.3 µs a record.
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 from typing import TYPE_CHECKING, Any
@@ -40,11 +49,28 @@ MATCH_FIELDS = (
 _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
 _STR = json.encoder.encode_basestring  # how that encoder writes a str
 _sha256 = hashlib.sha256
+_DIGEST_BYTES = 12  # per half of a match_id: 96 bits, 16 base64 characters
 
 
 def encode(value: Any) -> bytes:
     """The one serialization of output records: compact JSON, UTF-8."""
     return _ENCODER.encode(value).encode()
+
+
+def _digest(*parts: str) -> str:
+    """A half of a match_id: 96 bits of the SHA-256 of the parts, URL-safe base64."""
+    digest = _sha256("\x1f".join(parts).encode()).digest()[:_DIGEST_BYTES]
+    return base64.urlsafe_b64encode(digest).decode()
+
+
+def subscription_digest(sub: Held) -> str:
+    """The first half of the match_ids of a subscription version's records."""
+    return _digest(sub.record.id, sub.version)
+
+
+def profile_digest(space: str, prof: Held, event: str) -> str:
+    """The second half of the match_ids of a profile version's records of one event."""
+    return _digest(space, prof.record.id, prof.version, event)
 
 
 def _pair(space: str, event: str, sub: Held, prof: Held) -> tuple[Any, Any, str]:
@@ -56,8 +82,7 @@ def _pair(space: str, event: str, sub: Held, prof: Held) -> tuple[Any, Any, str]
         valid_from = p.valid_from
     if p.valid_to < valid_to:
         valid_to = p.valid_to
-    text = "\x1f".join((space, s.id, sub.version, p.id, prof.version, event))
-    mid = _sha256(text.encode()).hexdigest()[:32]
+    mid = subscription_digest(sub) + profile_digest(space, prof, event)
     return valid_from, None if valid_to == OPEN else int(valid_to), mid
 
 
@@ -110,51 +135,43 @@ class MatchWriter:
     ) -> list[tuple[bytes, bytes]]:
         """The records of `prof` with each of `subs`, in order."""
         p = prof.record
+        memos = [sub.memo or _memo(sub) for sub in subs]
+        p_from, p_to = p.valid_from, p.valid_to
+        if type(ts) is not int or type(p_from) is not int:  # (anything unusual)
+            space = self.space
+            return [
+                (memo[3], encode(event_dict(space, event, reason, sub, prof, ts)))
+                for memo, sub in zip(memos, subs, strict=True)
+            ]
         payload = p.payload
         cached = self._payloads.get(id(payload))
         if cached is None or cached[0] is not payload:
             cached = self._payloads[id(payload)] = (payload, _ENCODER.encode(payload))
         # `_pair` and the record's fields, inlined (a call per record cost more than
         # the rest of the loop; the tests hold the bytes to `encode(event_dict(...))`).
-        # What the pairs share: the ends of the match_id text and of the record.
-        space = self.space
-        head = (
-            f'{{"event":{_STR(event)},"reason":{_STR(reason)},"match_id":"'
-            if type(ts) is int
-            else None
+        # What the records share: the fields around the subscription's.
+        head = f'{{"event":{_STR(event)},"reason":{_STR(reason)},"match_id":"'
+        middle = (
+            f'{profile_digest(self.space, prof, event)}","space":{self._space},"subscription_id":'
         )
-        middle = f'","space":{self._space},"subscription_id":'
         profile = f',"profile_id":{_STR(p.id)},"relation":'
         end = f',"ts":{ts},"payload":{cached[1]}}}'
-        space_b = space.encode()
-        tail_b = "\x1f".join(("", p.id, prof.version, event)).encode()
-        p_from, p_to = p.valid_from, p.valid_to
-        # The record's end when the pair's interval is the profile's (a subscription
-        # that begins before it and outlives it: most of them, in a stream).
-        span = None
-        if head is not None and type(p_from) is int:
-            span = _interval_end(p_from, p_to, end)
+        span = _interval_end(p_from, p_to, end)
+        if memos:
+            _, _, _, _, froms, tos = zip(*memos, strict=True)
+            # Every pair's interval is the profile's (subscriptions that begin before
+            # it and outlive it: most of them, in a stream): no test per record.
+            if max(froms) <= p_from and min(tos) >= p_to:
+                return [
+                    (key, f"{head}{half}{middle}{fields}{profile}{relation}{span}".encode())
+                    for half, fields, relation, key, _, _ in memos
+                ]
         out = []
-        for sub in subs:
-            s = sub.record
-            memo = sub.memo
-            if memo is None:
-                memo = sub.memo = _sub_parts(sub)
-            pre, fields, relation, key = memo
-            if span is not None and s.valid_from <= p_from and s.valid_to >= p_to:
-                rest = span
-            else:
-                vf, vt = s.valid_from, s.valid_to
-                if p_from > vf:
-                    vf = p_from
-                if p_to < vt:
-                    vt = p_to
-                if head is None or type(vf) is not int:
-                    out.append((key, encode(event_dict(space, event, reason, sub, prof, ts))))
-                    continue
-                rest = _interval_end(vf, vt, end)
-            mid = _sha256(space_b + pre + tail_b).hexdigest()[:32]
-            out.append((key, f"{head}{mid}{middle}{fields}{profile}{relation}{rest}".encode()))
+        for half, fields, relation, key, vf, vt in memos:
+            rest = span
+            if vf > p_from or vt < p_to:
+                rest = _interval_end(max(vf, p_from), min(vt, p_to), end)
+            out.append((key, f"{head}{half}{middle}{fields}{profile}{relation}{rest}".encode()))
         return out
 
 
@@ -164,14 +181,17 @@ def _interval_end(valid_from: int, valid_to: float, end: str) -> str:
     return f',"valid_from":{valid_from},"valid_to":{to}{end}'
 
 
-def _sub_parts(sub: Held) -> tuple[bytes, str, str, bytes]:
-    """What a subscription's records share, whatever the profile (`Held.memo`): its
-    part of the match_id text (between the space and the profile's), its id and
-    subscriber fields, its relation, and the record key."""
+def _memo(sub: Held) -> tuple[str, str, str, bytes, int, float]:
+    """What a subscription version's records share, whatever the profile (its
+    `Held.memo`): its half of the match_id, its id and subscriber fields, its
+    relation, the record key, and its interval."""
     s = sub.record
-    return (
-        f"\x1f{s.id}\x1f{sub.version}".encode(),
+    sub.memo = (
+        subscription_digest(sub),
         f'{_STR(s.id)},"subscriber":{_STR(s.subscriber)}',
         _STR(s.relation),
         s.subscriber.encode(),
+        s.valid_from,
+        s.valid_to,
     )
+    return sub.memo
