@@ -5,6 +5,7 @@ from connectors.config import confluent_config, producer_config
 
 def test_producers_compress_unless_the_user_says_otherwise() -> None:
     assert producer_config(confluent_config("b:1"))["compression.type"] == "zstd"
+    assert producer_config(confluent_config("b:1"))["compression.level"] == 1
     mine = producer_config(confluent_config("b:1", {"kafka.compression.type": "lz4"}))
     assert mine["compression.type"] == "lz4"
     assert "compression.type" not in confluent_config("b:1")  # consumers get no producer key
