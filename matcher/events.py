@@ -14,7 +14,7 @@ own: the subscription version's (its id and version) and the profile event's
 characters each, 32 in all). Two different records share a `match_id` only if
 both halves collide; a consumer that drops duplicates sees a false one with a
 chance under n²/2⁹⁷ among n records of one subscription version (10⁻⁹ for ten
-billion). One SHA-256 per record cost 0.4 µs of the job's 1.3 µs a record.
+billion). One SHA-256 per record cost 0.4 µs of the writer's 1.35 µs a record.
 """
 
 from __future__ import annotations
@@ -117,8 +117,8 @@ class MatchWriter:
     `many` writes one profile's records with many subscriptions (a new profile's
     tens of matches, most of a batch's output) with what they share made once,
     and no calls per record: the processor's batch of 5,000 profiles at 100k
-    subscriptions (pipeline workload, 323k records, in process) took 1.54 s
-    instead of 1.72 s."""
+    subscriptions (pipeline workload, 323k records, in process) matches and
+    writes in 0.63 s, about 0.27 s of it here (0.45 s with a hash per record)."""
 
     def __init__(self, space: str) -> None:
         self.space = space
