@@ -157,22 +157,20 @@ class MatchWriter:
         profile = f',"profile_id":{_STR(p.id)},"relation":'
         end = f',"ts":{ts},"payload":{cached[1]}}}'
         span = _interval_end(p_from, p_to, end)
-        if memos:
-            _, _, _, _, froms, tos = zip(*memos, strict=True)
-            # Every pair's interval is the profile's (subscriptions that begin before
-            # it and outlive it: most of them, in a stream): no test per record.
-            if max(froms) <= p_from and min(tos) >= p_to:
-                return [
-                    (key, f"{head}{half}{middle}{fields}{profile}{relation}{span}".encode())
-                    for half, fields, relation, key, _, _ in memos
-                ]
-        out = []
-        for half, fields, relation, key, vf, vt in memos:
-            rest = span
-            if vf > p_from or vt < p_to:
-                rest = _interval_end(max(vf, p_from), min(vt, p_to), end)
-            out.append((key, f"{head}{half}{middle}{fields}{profile}{relation}{rest}".encode()))
-        return out
+
+        def clipped(vf: int, vt: float) -> str:
+            return _interval_end(max(vf, p_from), min(vt, p_to), end)
+
+        # The pair's interval is the profile's (`span`, made once) when the subscription's
+        # holds it, as most do in a stream; else the two's intersection.
+        return [
+            (
+                key,
+                f"{head}{half}{middle}{fields}{profile}{relation}"
+                f"{span if vf <= p_from and vt >= p_to else clipped(vf, vt)}".encode(),
+            )
+            for half, fields, relation, key, vf, vt in memos
+        ]
 
 
 def _interval_end(valid_from: int, valid_to: float, end: str) -> str:
