@@ -1,8 +1,10 @@
 """`tsm bench pipeline`: the job against the platform's ceiling and Spark's own join.
 
 On one embedded broker and one local Spark session, for each size of live
-subscriptions, three contenders read the same topics and write through the
-same Kafka sink (`connectors.kafka_sink`):
+subscriptions, the contenders read the same topics and write to Kafka the same
+way (`connectors.kafka_sink`; the operator's contenders from the operator, as
+the job does in its default at-least-once mode, the native join through the
+foreachBatch sink):
 
 - `product`: the job (`streaming.job.matched_stream`);
 - `no-op`: the job's source, decode stage and `transformWithStateInPandas` shape,
@@ -156,10 +158,11 @@ def trickle(profiles: list[bytes], n: int, prefix: str) -> list[bytes]:
 
 class ForwardProcessor(StatefulProcessor):
     """The no-op: forwards each profile row unchanged, keeps no state; its output
-    rows are packed as the job's are (`connectors.kafka_sink.pack`)."""
+    goes where the job's does (`connectors.kafka_sink.pack`, `direct`: see
+    `streaming.job.direct_output`)."""
 
-    def __init__(self, out_topic: str) -> None:
-        self.out_topic = out_topic
+    def __init__(self, out_topic: str, direct: dict[str, object] | None) -> None:
+        self.out_topic, self.direct = out_topic, direct
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         pass
@@ -170,7 +173,8 @@ class ForwardProcessor(StatefulProcessor):
         from connectors.kafka_sink import pack
 
         frames = [frame[frame["kord"] == 1] for frame in rows]
-        return pack(self.out_topic, [(None, v) for f in frames for v in f["value"].tolist()])
+        values = [v for f in frames for v in f["value"].tolist()]
+        return pack(self.out_topic, [(None, v) for v in values], self.direct)
 
     def close(self) -> None:
         pass
@@ -178,15 +182,19 @@ class ForwardProcessor(StatefulProcessor):
 
 class OutputOnlyProcessor(StatefulProcessor):
     """The output-only: writes for each profile the records the product wrote for it
-    (`save_output`), as the product does (`Packer`, while it works), and keeps no
+    (`save_output`), as the product does (`outlet`, while it works), and keeps no
     state. A profile's records are one pickle in a file read through `mmap`, found
     by the profile's Kafka partition and offset in `index` (-> file offset, length):
     a profile is not even decoded."""
 
     def __init__(
-        self, out_topic: str, path: str, index: dict[tuple[int, int], tuple[int, int]]
+        self,
+        out_topic: str,
+        path: str,
+        index: dict[tuple[int, int], tuple[int, int]],
+        direct: dict[str, object] | None,
     ) -> None:
-        self.out_topic, self.path, self.index = out_topic, path, index
+        self.out_topic, self.path, self.index, self.direct = out_topic, path, index, direct
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         pass
@@ -197,9 +205,9 @@ class OutputOnlyProcessor(StatefulProcessor):
         import mmap
         import pickle
 
-        from connectors.kafka_sink import Packer
+        from connectors.kafka_sink import outlet
 
-        packer = Packer(self.out_topic)
+        packer = outlet(self.out_topic, self.direct)
         frames = list(rows)  # (read whole, as the other processors read theirs)
         if self.index:
             with open(self.path, "rb") as f, mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ) as m:
@@ -268,7 +276,11 @@ def _operator_stream(spark: SparkSession, config: Any, processor: StatefulProces
 
 def noop_stream(spark: SparkSession, config: Any, metrics: Any) -> DataFrame:
     """The no-op's pipeline: `ForwardProcessor` in the job's operator shape."""
-    return _operator_stream(spark, config, ForwardProcessor(config.topics.matches))
+    from streaming.job import direct_output
+
+    return _operator_stream(
+        spark, config, ForwardProcessor(config.topics.matches, direct_output(config))
+    )
 
 
 def output_only_stream(spark: SparkSession, config: Any, metrics: Any) -> DataFrame:
@@ -279,9 +291,10 @@ def output_only_stream(spark: SparkSession, config: Any, metrics: Any) -> DataFr
     path = output_path(config)
     index_path = _index_path(path)
     index = pickle.loads(index_path.read_bytes()) if index_path.exists() else {}
-    return _operator_stream(
-        spark, config, OutputOnlyProcessor(config.topics.matches, str(path), index)
-    )
+    from streaming.job import direct_output
+
+    processor = OutputOnlyProcessor(config.topics.matches, str(path), index, direct_output(config))
+    return _operator_stream(spark, config, processor)
 
 
 DIMS = ("x", "y", "z", "w")

@@ -4,7 +4,9 @@
       → DecodeStage (mapInArrow): a row per state key, or a dead-letter row
       → withWatermark(ets, lateness), then ets dropped (see below)
       → groupBy(state key).transformWithStateInPandas(MatchProcessor), event time
-      → foreachBatch: the connectors' Kafka sink (rows of packed topic, keys, values)
+      → Kafka: from the operator as it makes the records (at least once), or
+        foreachBatch: the connectors' Kafka sink (rows of packed topic, keys,
+        values; exactly once)
 
 Spark drops rows below the watermark before a stateful operator without a
 trace; SEMANTICS §3 wants them in the dead letters. So the watermark is
@@ -69,9 +71,20 @@ def session(
     return spark
 
 
+def direct_output(config: JobConfig) -> dict[str, object] | None:
+    """The client configuration the operator writes its records with, or None when
+    the sink must (exactly once: its transactions are keyed by Spark's batch id)."""
+    from connectors.config import confluent_config
+
+    if config.exactly_once:
+        return None
+    return confluent_config(config.bootstrap, config.kafka_options)
+
+
 def matched_stream(spark: SparkSession, config: JobConfig, metrics: Any) -> DataFrame:
     """The output rows of the job, before the sink: `topic, keys, values`, each row a
-    run of records (`connectors.kafka_sink.PACKED_COLUMNS`)."""
+    run of records (`connectors.kafka_sink.PACKED_COLUMNS`); none when the operator
+    writes its records itself (`direct_output`)."""
     from connectors.kafka_source import read_stream
     from streaming.checkpoint_guard import check_sharding
     from streaming.decode_stage import DECODED_DDL, INPUT_COLUMNS, DecodeStage, build_sharding
@@ -98,7 +111,9 @@ def matched_stream(spark: SparkSession, config: JobConfig, metrics: Any) -> Data
     )
     decoded = raw.select(*INPUT_COLUMNS).mapInArrow(DecodeStage(topics, sharding), DECODED_DDL)
     keyed = decoded.withWatermark("ets", f"{config.lateness_ms} milliseconds").drop("ets")
-    processor = MatchProcessor(topics, sharding, config.lateness_ms, config.snapshot_every, metrics)
+    processor = MatchProcessor(
+        topics, sharding, config.lateness_ms, config.snapshot_every, metrics, direct_output(config)
+    )
     return keyed.groupBy("skey").transformWithStateInPandas(
         processor, OUTPUT_DDL, outputMode="Append", timeMode="EventTime"
     )

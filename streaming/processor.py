@@ -57,7 +57,7 @@ from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 from pyspark.sql.streaming.stateful_processor import ExpiredTimerInfo, TimerValues
 
 from connectors.config import Topics
-from connectors.kafka_sink import Packer, pack
+from connectors.kafka_sink import outlet, pack
 from matcher.engine import SpaceMatcher, late_reason
 from matcher.events import MatchWriter, encode
 from matcher.records import Source, dead_letter, decode, from_state
@@ -176,10 +176,13 @@ def _replay(matcher: Any, changes: list) -> None:
 class MatchProcessor(StatefulProcessor):
     """Per key: order the batch (SEMANTICS §5), apply, persist changes, keep one timer.
 
-    The operator is `transformWithStateInPandas`: its output frames go on to the
-    sink as they are yielded, so the sink's task writes the first match records
-    to Kafka while this one still makes the rest (the Row API converts a key's
-    whole output after the handler returns)."""
+    Records go to Kafka from here as they are made when `direct` is a client
+    configuration (`connectors.kafka_sink.DirectWriter`: the job's at-least-once
+    mode), else out of the operator to the sink. The operator is
+    `transformWithStateInPandas`: its output frames go on to the sink as they
+    are yielded, so the sink's task writes the first match records to Kafka
+    while this one still makes the rest (the Row API converts a key's whole
+    output after the handler returns)."""
 
     def __init__(
         self,
@@ -188,7 +191,9 @@ class MatchProcessor(StatefulProcessor):
         lateness_ms: int,
         snapshot_every: int,
         metrics: Any,
+        direct: dict[str, object] | None = None,
     ) -> None:
+        self.direct = direct
         self.matches_topic = topics.matches
         self.deadletter_topic = topics.deadletter
         self.sharding = sharding
@@ -211,7 +216,7 @@ class MatchProcessor(StatefulProcessor):
         if skey == DEAD_LETTER_KEY:
             values = [v for frame in rows for v in frame["value"].tolist()]
             self.metrics.add({"dead_letters": len(values)})
-            return pack(self.deadletter_topic, [(None, v) for v in values])
+            return pack(self.deadletter_topic, [(None, v) for v in values], self.direct)
         return _gc_off(self._handle(skey, _rows(rows), timerValues))
 
     def _handle(
@@ -229,7 +234,7 @@ class MatchProcessor(StatefulProcessor):
                 continue
             ktime = None if ktime != ktime else int(ktime)  # (NaN: no Kafka timestamp)
             batch.append(decode(_KINDS[kord], value, source, fallback_ts=ktime))
-        out = Packer(self.matches_topic)
+        out = outlet(self.matches_topic, self.direct)
         with matcher.writing(MatchWriter(matcher.space)):
             yield from out.add(matcher.expire(watermark))
             for events in matcher.iter_batch(batch):
@@ -237,7 +242,7 @@ class MatchProcessor(StatefulProcessor):
         yield from out.flush()
         counts["late"] = counts["dead_letters"] = len(late)
         self._save(skey, matcher, meta, out.count, counts)
-        yield from pack(self.deadletter_topic, late)
+        yield from pack(self.deadletter_topic, late, self.direct)
 
     def handleExpiredTimer(
         self, key: tuple, timerValues: TimerValues, expiredTimerInfo: ExpiredTimerInfo
@@ -251,7 +256,7 @@ class MatchProcessor(StatefulProcessor):
         matcher, meta = self._matcher(skey, counts, meta)
         with matcher.writing(MatchWriter(matcher.space)):
             records = matcher.expire(timerValues.getCurrentWatermarkInMs())
-        yield from pack(self.matches_topic, records)
+        yield from pack(self.matches_topic, records, self.direct)
         self._save(skey, matcher, meta, len(records), counts)
 
     def close(self) -> None:

@@ -413,6 +413,43 @@ def test_sink_exactly_once_aborts_a_failed_attempt(bootstrap: str, new_topic) ->
     assert len(read_topic(bootstrap, topic, read_committed=False)) == 100  # the aborted try
 
 
+def test_direct_writer_writes_in_order_and_recovers(bootstrap: str, new_topic) -> None:
+    """The operator's at-least-once output: records in order, nothing in the stage's
+    frames, one producer per worker; a failed producer is dropped, not reused."""
+    from confluent_kafka import KafkaException
+
+    from connectors import kafka_sink
+    from connectors.admin import create_topics, delete_topics
+    from connectors.kafka_sink import DirectWriter, outlet, pack
+
+    topic = new_topic("direct", partitions=1)
+    config = confluent_config(bootstrap)
+    held = len(kafka_sink._SHARED)
+    records = [(f"k{i % 3}".encode(), f"v{i}".encode()) for i in range(300)]
+    writer = outlet(topic, config)
+    assert isinstance(writer, DirectWriter)
+    frames = list(writer.add(records[:100])) + list(writer.add(records[100:]))
+    frames += list(writer.flush())
+    assert frames == [] and writer.count == 300
+    assert list(pack(topic, [(None, b"last")], config)) == []  # the same producer
+    assert len(kafka_sink._SHARED) == held + 1
+    got = [(m.key(), m.value()) for m in read_topic(bootstrap, topic)]
+    assert got == [*records, (None, b"last")]
+    # The topic deleted and made again: the producer's idempotence sequence is lost
+    # (a fatal error); a new producer writes the records since the last flush again.
+    delete_topics(bootstrap, [topic])
+    create_topics(bootstrap, {topic: 1})
+    list(pack(topic, records[:50], config))
+    assert [(m.key(), m.value()) for m in read_topic(bootstrap, topic)] == records[:50]
+    with pytest.raises(KafkaException):  # over the client's message.max.bytes, twice
+        DirectWriter(topic, config).add([(None, b"x" * 2_000_000)])
+    assert len(kafka_sink._SHARED) == held  # the next task starts with a new producer
+    list(pack(topic, [(None, b"after")], config))
+    assert read_topic(bootstrap, topic)[-1].value() == b"after"
+    while len(kafka_sink._SHARED) > held:
+        kafka_sink._SHARED.popitem()[1][0].close()
+
+
 @pytest.mark.parametrize("exactly_once", [True, False], ids=["exactly-once", "idempotent"])
 def test_pipeline_crash_after_sink_commit(
     spark, bootstrap: str, new_topic, tmp_path: Path, exactly_once: bool
