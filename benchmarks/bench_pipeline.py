@@ -616,9 +616,13 @@ def run_size(spark: SparkSession, bootstrap: str, work: Path, plan: Plan, n: int
             topic = size.inputs["profiles"]
             places = profile_places(bootstrap, topic, r.backlog.end_offsets.get(topic, {}))
             save_output(keep, places, output_path(size.configs["output-only"]))
-        matches = size.configs[name].topics.matches
-        delete_topics(bootstrap, [matches])
-        create_topics(bootstrap, {matches: 2})
+        # (A new name for its later phases: a topic deleted and made again under the
+        # name would fail the idempotent producer the job keeps, `DirectWriter`.)
+        config = size.configs[name]
+        delete_topics(bootstrap, [config.topics.matches])
+        later = replace(config.topics, matches=config.topics.matches + ".later")
+        create_topics(bootstrap, {later.matches: 2})
+        size.configs[name] = replace(config, topics=later)
     both = processed_ids(bootstrap, size, [results[c] for c in ("product", "native-join")])
     for name in ("product", "output-only", "native-join"):
         results[name].pairs = len(pairs[name][0]) if name in pairs else None
