@@ -8,7 +8,7 @@
 | `produce` / `consume` | `tsm produce` / `tsm consume` |
 | `offsets` | offset arithmetic of the source (start, limits, AvailableNow), no I/O |
 | `kafka_source` | Spark Python data source `tsm-kafka`, `read_stream` |
-| `kafka_sink` | `foreachBatch` writer, idempotent or exactly-once |
+| `kafka_sink` | `foreachBatch` writer (idempotent, exactly-once); the operator's `DirectWriter` |
 | `commands` | registers the CLI subcommands |
 | `bench_source` | `python -m connectors.bench_source`: source throughput |
 """
