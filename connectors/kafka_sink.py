@@ -112,17 +112,26 @@ def write_batch(
 
         context = TaskContext.get()
         partition = context.partitionId()
-        rows = _non_empty(batches)
+        config = confluent_config(bootstrap, options)
+        # Made before the first rows come, so that it gets its producer id while the
+        # stages before this one still work: a new idempotent producer waits 500 ms
+        # for it, a transactional one about 50 ms (librdkafka).
+        made = _producer(config, **_transactional(query_name, partition, exactly_once))
+        try:
+            rows = _non_empty(batches)
+        except BaseException:
+            made[0].close()
+            raise
         written, skipped = 0, False
-        if rows is not None:  # an empty partition needs no producer and no transaction
-            config = confluent_config(bootstrap, options)
-            if exactly_once:
-                query_id = context.getLocalProperty("sql.streaming.queryId") or "no-query"
-                written, skipped = write_exactly_once(
-                    config, rows, query_name, query_id, partition, batch_id
-                )
-            else:
-                written = write_idempotent(config, rows)
+        if rows is None:  # an empty partition needs no transaction
+            made[0].close()
+        elif exactly_once:
+            query_id = context.getLocalProperty("sql.streaming.queryId") or "no-query"
+            written, skipped = write_exactly_once(
+                config, rows, query_name, query_id, partition, batch_id, made
+            )
+        else:
+            written = write_idempotent(config, rows, made)
         yield pa.RecordBatch.from_pylist(
             [{"partition": partition, "written": written, "skipped": skipped}],
             schema=_REPORT_ARROW,
@@ -391,9 +400,19 @@ def _acknowledged(producer, deliveries: _Deliveries) -> None:
         raise TimeoutError(f"{remaining} records not acknowledged within {TXN_TIMEOUT_S:g}s")
 
 
-def write_idempotent(config: Mapping[str, object], batches: Iterator[pa.RecordBatch]) -> int:
-    """Produce every row and wait for all acknowledgements; raise if any failed."""
-    producer, deliveries = _producer(config)
+def _transactional(query_name: str, partition: int, exactly_once: bool = True) -> dict:
+    """The producer settings of the exactly-once mode for one (query, partition)."""
+    return {"transactional.id": f"tsm-sink.{query_name}.{partition}"} if exactly_once else {}
+
+
+def write_idempotent(
+    config: Mapping[str, object],
+    batches: Iterator[pa.RecordBatch],
+    made: tuple[object, _Deliveries] | None = None,
+) -> int:
+    """Produce every row and wait for all acknowledgements; raise if any failed.
+    `made`: the producer to use (`_producer(config)`), closed here."""
+    producer, deliveries = made or _producer(config)
     try:
         count = _produce_all(producer, batches)
         _acknowledged(producer, deliveries)
@@ -409,18 +428,18 @@ def write_exactly_once(
     query_id: str,
     partition: int,
     batch_id: int,
+    made: tuple[object, _Deliveries] | None = None,
 ) -> tuple[int, bool]:
     """Write one (batch, partition) in a transaction unless an earlier attempt committed it.
 
     Returns (records written, skipped). See the module docstring for why
-    this is exactly once.
+    this is exactly once. `made`: the producer to use, with the settings of
+    `_transactional(query_name, partition)`, closed here.
     """
     from confluent_kafka import Consumer, KafkaException, TopicPartition
 
     anchor = TopicPartition(SINK_COMMITS_TOPIC, 0)
-    producer, deliveries = _producer(
-        config, **{"transactional.id": f"tsm-sink.{query_name}.{partition}"}
-    )
+    producer, deliveries = made or _producer(config, **_transactional(query_name, partition))
     marker = Consumer(
         {
             **config,

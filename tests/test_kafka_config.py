@@ -18,3 +18,18 @@ def test_producers_keep_user_options_but_not_over_what_they_require() -> None:
     assert config["compression.type"] == "none"
     assert config["acks"] == "all" and config["enable.idempotence"] is True
     assert config["partitioner"] == "murmur2_random"
+
+
+def test_the_operator_writes_at_least_once_and_the_sink_exactly_once() -> None:
+    """The job's operator gets a client configuration (with the user's options) unless
+    the run is exactly once, whose transactions only the sink can key."""
+    from connectors.kafka_sink import DirectWriter, Packer, outlet
+    from streaming.config import JobConfig
+    from streaming.job import direct_output
+
+    config = JobConfig(bootstrap="b:1", kafka={"security.protocol": "SSL"})
+    direct = direct_output(config)
+    assert direct == confluent_config("b:1", {"kafka.security.protocol": "SSL"})
+    assert isinstance(outlet("t", direct), DirectWriter)
+    assert direct_output(JobConfig(bootstrap="b:1", exactly_once=True)) is None
+    assert isinstance(outlet("t", None), Packer)
