@@ -89,7 +89,15 @@ def run(config: Any, master: str, available_now: bool) -> int:
 
     spark = job.session(config, master, f"tsm run ({config.query_name})")
     ui = spark.sparkContext.uiWebUrl
-    print(f"tsm run: query {config.query_name!r}; Spark UI at {ui or '(disabled)'}", flush=True)
+    writes = (
+        "exactly once (Kafka transactions, for read_committed consumers)"
+        if config.exactly_once
+        else "at least once (drop duplicates by match_id)"
+    )
+    print(
+        f"tsm run: query {config.query_name!r} writes {writes}; Spark UI at {ui or '(disabled)'}",
+        flush=True,
+    )
     metrics = spark.sparkContext.accumulator({}, Counters())
     listener = ProgressLogger(config.query_name, metrics, live_counts(spark, config.checkpoint))
     spark.streams.addListener(listener)

@@ -439,6 +439,8 @@ def test_crash_and_restart_from_checkpoint(bootstrap, new_topic, tmp_path, flags
     # The re-run batch keeps its planned range; later ones may be cut elsewhere.
     restart = tsm_run(bootstrap, config, tmp_path / "ck", *flags, "--available-now")
     assert restart.wait(timeout=300) == 0
+    said = b"".join(log.read_bytes() for log in tmp_path.glob("run-*.log"))
+    assert (b"writes exactly once" if flags else b"writes at least once") in said
     want = triples(expected([inputs_of(bootstrap, topics)], lateness_ms=10**9)["matches"])
     if flags:
         committed = output(bootstrap, topics, read_committed=True)["matches"]
