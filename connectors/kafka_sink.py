@@ -87,6 +87,10 @@ _ONLY_ERRORS = {"delivery.report.only.error": True}
 # queue lock the client's threads hold while they batch and compress; 320k match
 # records polled every 1,000 spent 0.1 s a batch in it.
 POLL_EVERY = 20_000
+# The most records a `DirectWriter` keeps (references to, about 30 MB of match
+# records) to write again after its producer failed; a batch of 100k profiles at
+# 100k subscriptions makes 6.4M, which a retried task writes again instead.
+KEPT = 100_000
 
 
 def write_batch(
@@ -216,21 +220,30 @@ class DirectWriter:
     A producer that fails (fatally: e.g. its idempotence sequence lost when a
     topic was deleted and made again) fails every later call, so it is dropped,
     and the records added since the last flush are written again by a new one
-    (at least once: some may be in Kafka twice); if that fails too, the error
-    is the task's, and Spark runs it again."""
+    (at least once: some may be in Kafka twice), if they are at most `KEPT`;
+    otherwise, or if that fails too, the error is the task's, and Spark runs it
+    again."""
 
     def __init__(self, topic: str, config: Mapping[str, object]) -> None:
         self.topic = topic
         self.count = 0
         self._config = config
-        self._added: list[list[tuple[bytes | None, bytes]]] = []  # since the last flush
+        # the records since the last flush, while they are at most KEPT; else None
+        self._added: list[list[tuple[bytes | None, bytes]]] | None = []
+        self._kept = 0
 
     def add(self, records: list[tuple[bytes | None, bytes]]) -> Iterator[pd.DataFrame]:
-        self._added.append(records)
+        if self._added is not None:
+            self._kept += len(records)
+            if self._kept <= KEPT:
+                self._added.append(records)
+            else:
+                self._added = None
         try:
-            self.count = self._produce(_shared(self._config)[0], records, self.count)
+            self._produce(_shared(self._config)[0], records, self.count)
         except Exception as exc:
             self._again(exc)
+        self.count += len(records)
         return iter(())
 
     def flush(self) -> Iterator[pd.DataFrame]:
@@ -238,7 +251,7 @@ class DirectWriter:
             _acknowledged(*_shared(self._config))
         except Exception as exc:
             self._again(exc)
-        self._added = []
+        self._added, self._kept = [], 0
         return iter(())
 
     def _produce(self, producer, records: list[tuple[bytes | None, bytes]], count: int) -> int:
@@ -247,6 +260,8 @@ class DirectWriter:
 
     def _again(self, error: Exception) -> None:
         _drop_shared(self._config)
+        if self._added is None:
+            raise error
         print(
             f"tsm: the Kafka producer failed ({error}); writing the records since the last "
             "flush again with a new one",

@@ -413,7 +413,7 @@ def test_sink_exactly_once_aborts_a_failed_attempt(bootstrap: str, new_topic) ->
     assert len(read_topic(bootstrap, topic, read_committed=False)) == 100  # the aborted try
 
 
-def test_direct_writer_writes_in_order_and_recovers(bootstrap: str, new_topic) -> None:
+def test_direct_writer_writes_in_order_and_recovers(bootstrap: str, new_topic, monkeypatch) -> None:
     """The operator's at-least-once output: records in order, nothing in the stage's
     frames, one producer per worker; a failed producer is dropped, not reused."""
     from confluent_kafka import KafkaException
@@ -441,6 +441,14 @@ def test_direct_writer_writes_in_order_and_recovers(bootstrap: str, new_topic) -
     create_topics(bootstrap, {topic: 1})
     list(pack(topic, records[:50], config))
     assert [(m.key(), m.value()) for m in read_topic(bootstrap, topic)] == records[:50]
+    # Past KEPT records since the last flush, they are not kept: the task fails instead.
+    monkeypatch.setattr(kafka_sink, "KEPT", 30)
+    delete_topics(bootstrap, [topic])
+    create_topics(bootstrap, {topic: 1})
+    with pytest.raises(KafkaException):
+        list(pack(topic, records[:50], config))
+    assert len(kafka_sink._SHARED) == held
+    monkeypatch.undo()
     with pytest.raises(KafkaException):  # over the client's message.max.bytes, twice
         DirectWriter(topic, config).add([(None, b"x" * 2_000_000)])
     assert len(kafka_sink._SHARED) == held  # the next task starts with a new producer
