@@ -318,13 +318,16 @@ class Forest:
     def _binds(self, node: int, parent: int) -> bool:
         """Whether the parent's subtree bounds may change when the node's own
         box leaves its subtree: the box may be the one that sets the core on
-        some column, or the one that makes the subtree impure. (Mostly not:
-        a leaf's removal then costs no pass over its siblings.)"""
+        some column (where the parent's own box does not set it too: a filter
+        with `=` on an attribute mostly sits under one with the same value),
+        or the one that makes the subtree impure. (Mostly not: a leaf's
+        removal then costs no pass over its siblings.)"""
         if self.exact[node]:
             return True
         c_lo, c_hi = self.core_lo[:, parent], self.core_hi[:, parent]
-        loose = ((self.lo[:, node] < c_lo) | (c_lo == -np.inf)).all()
-        return not (loose and ((c_hi < self.hi[:, node]) | (c_hi == np.inf)).all())
+        p_lo, p_hi = self.lo[:, parent], self.hi[:, parent]
+        lo, hi = self.lo[:, node], self.hi[:, node]
+        return bool(((lo >= c_lo) & (p_lo < c_lo)).any() or ((hi <= c_hi) & (p_hi > c_hi)).any())
 
     def _tighten(self, node: int) -> None:
         """Subtree bounds after the node was placed: its own from the

@@ -203,6 +203,21 @@ def test_splice_inside_a_tree_gives_the_children_to_the_parent():
     assert parent(df, "x BETWEEN 20 AND 30") == repr(conj("x < 100"))
 
 
+def test_a_removal_refreshes_the_core_only_where_the_node_set_it_alone():
+    df, slots = _forest("x = 5", "x = 5 AND y BETWEEN 1 AND 9", "x = 5 AND y BETWEEN 2 AND 3")
+    f = df.sub_forest
+    top = f.by_key[conj("x = 5")]
+    with patch.object(Forest, "_refresh", autospec=True, side_effect=Forest._refresh) as refresh:
+        # x: the parent's own box sets the core too; y: its child, which stays, sets it
+        df.remove_subscription(slots["x = 5 AND y BETWEEN 1 AND 9"])
+        df.check_invariants()
+        assert refresh.call_count == 0
+        df.remove_subscription(slots["x = 5 AND y BETWEEN 2 AND 3"])  # y's core widens
+        df.check_invariants()
+        assert refresh.call_count == 1
+    assert f.core_lo[:, top].tolist() == f.lo[:, top].tolist()
+
+
 def test_a_new_node_adopts_the_siblings_it_covers():
     df, _ = _forest("x BETWEEN 1 AND 2", "x BETWEEN 3 AND 4", "y = 1", "x < 10")
     assert parent(df, "x BETWEEN 1 AND 2") == repr(conj("x < 10"))
