@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from itertools import groupby
 from pathlib import Path
 
@@ -172,6 +173,12 @@ def _targets(rows: list[dict]) -> list[str]:
     return lines
 
 
+def _design(json_path: Path) -> str:
+    """The link to docs/DESIGN.md from the README written next to `json_path`."""
+    design = Path(__file__).resolve().parents[1] / "docs" / "DESIGN.md"
+    return Path(os.path.relpath(design, json_path.resolve().parent)).as_posix()
+
+
 def _name(row: dict) -> str:
     return row["contender"] + (f" (partial: {row['partial']})" if "partial" in row else "")
 
@@ -222,5 +229,11 @@ def _readme(result: dict, json_path: Path, plots: list[str]) -> str:
                 f" | {_num(r.get('bytes_per_entry'))} |"
             )
     lines += ["", *_targets(result["rows"])]
+    lines += [
+        "",
+        "Deletes: the forest is 5-12x faster than the poset where a delete restructures",
+        "(a node with children), slower for leaves, most of a random sample; per-case",
+        f'figures in [`DESIGN.md`]({_design(json_path)}) ("Deletes, against Siena\'s poset").',
+    ]
     lines += ["", *[f"![{p}]({p})" for p in plots], ""]
     return "\n".join(lines)
