@@ -231,8 +231,8 @@ def _readme(result: dict, json_path: Path, plots: list[str]) -> str:
     lines += ["", *_targets(result["rows"])]
     lines += [
         "",
-        "Deletes: the forest is 5-12x faster than the poset where a delete restructures",
-        "(a node with children), slower for leaves, most of a random sample; per-case",
+        "Deletes: the forest is 7-12x faster than the poset where the poset relinks tens",
+        "of edges (a node with children), slower for leaves, most of a random sample; per-case",
         f'figures in [`DESIGN.md`]({_design(json_path)}) ("Deletes, against Siena\'s poset").',
     ]
     lines += ["", *[f"![{p}]({p})" for p in plots], ""]
