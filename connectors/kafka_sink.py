@@ -228,6 +228,7 @@ class DirectWriter:
         self.topic = topic
         self.count = 0
         self._config = config
+        self._key = _shared_key(config)  # (made once: `add` runs once per profile)
         # the records since the last flush, while they are at most KEPT; else None
         self._added: list[list[tuple[bytes | None, bytes]]] | None = []
         self._kept = 0
@@ -240,7 +241,7 @@ class DirectWriter:
             else:
                 self._added = None
         try:
-            self._produce(_shared(self._config)[0], records, self.count)
+            self._produce(_shared(self._key, self._config)[0], records, self.count)
         except Exception as exc:
             self._again(exc)
         self.count += len(records)
@@ -248,7 +249,7 @@ class DirectWriter:
 
     def flush(self) -> Iterator[pd.DataFrame]:
         try:
-            _acknowledged(*_shared(self._config))
+            _acknowledged(*_shared(self._key, self._config))
         except Exception as exc:
             self._again(exc)
         self._added, self._kept = [], 0
@@ -259,7 +260,7 @@ class DirectWriter:
         return _produce(producer, ((topic, key, value) for key, value in records), count)
 
     def _again(self, error: Exception) -> None:
-        _drop_shared(self._config)
+        _drop_shared(self._key)
         if self._added is None:
             raise error
         print(
@@ -267,13 +268,13 @@ class DirectWriter:
             "flush again with a new one",
             file=sys.stderr,
         )
-        producer, deliveries = _shared(self._config)
+        producer, deliveries = _shared(self._key, self._config)
         try:
             for records in self._added:
                 self._produce(producer, records, 0)
             _acknowledged(producer, deliveries)
         except BaseException:
-            _drop_shared(self._config)
+            _drop_shared(self._key)
             raise
 
 
@@ -288,16 +289,16 @@ def _shared_key(config: Mapping[str, object]) -> tuple:
     return tuple(sorted((name, str(value)) for name, value in config.items()))
 
 
-def _shared(config: Mapping[str, object]) -> tuple[object, _Deliveries]:
-    key = _shared_key(config)
+def _shared(key: tuple, config: Mapping[str, object]) -> tuple[object, _Deliveries]:
+    """The worker's producer for `config` (`key`: its `_shared_key`), made on first use."""
     entry = _SHARED.get(key)
     if entry is None:
         entry = _SHARED[key] = _producer(config)
     return entry
 
 
-def _drop_shared(config: Mapping[str, object]) -> None:
-    entry = _SHARED.pop(_shared_key(config), None)
+def _drop_shared(key: tuple) -> None:
+    entry = _SHARED.pop(key, None)
     if entry is not None:
         with contextlib.suppress(Exception):
             entry[0].close()
