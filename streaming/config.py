@@ -12,7 +12,7 @@ defaults), `[sharding.<space>]` (SEMANTICS §8 grid of a hot space) and
     exactly_once = false                # transactional sink (read_committed readers)
     source = "python"                   # "python" (Data Source API) or "native"
     shuffle_partitions = 2              # state store partitions; fixed by the checkpoint
-    snapshot_every = 2000               # state change-log entries before a new snapshot
+    snapshot_every = 2000               # at least this many change-log entries per snapshot
     query_name = "tsm"
 
     [topics]

@@ -21,12 +21,17 @@ State per key, in the RocksDB state store:
   replayed first.)
 
 The log is compacted into a new snapshot when a batch would take it over
-`snapshot_every` changes and over a quarter of the held records (`LOG_SHARE`):
-a snapshot costs time in proportion to everything held, so a large state is
-rewritten once per that many changes, and a rebuild replays at most that
-share on top of its snapshot. The generation of the log that the snapshot
-ends is kept until the next one, its last entry the compacting batch's
-changes; the one before it is dropped.
+`snapshot_every` changes and replaying it would cost more than writing a
+snapshot (`REPLAY_COST`, the log's `cost`): a snapshot costs time in proportion
+to everything held, a replay in proportion to the changes and their kind. So
+each change pays about its own replay again in snapshot writes, and a rebuild
+replays at most about one snapshot write's worth on top of loading one. (A
+count of a quarter of the held records, before, wrote a snapshot every 5,000
+profiles at 10k subscriptions, 0.5-0.7 s every other batch in the pipeline
+benchmark, and let a log of subscription changes take 3 snapshot writes to
+replay.) The generation of the log that the snapshot ends is kept until the
+next one, its last entry the compacting batch's changes; the one before it is
+dropped.
 
 A matcher is rebuilt (snapshot + log) only when the worker's cache has no
 entry for the current token, and no older one that is in the log's history:
@@ -75,7 +80,16 @@ _ORDER = itemgetter(0, 1, 2, 3)
 # one snapshot is a generation; the one before it is kept, see `_compact`).
 BATCH_KINDS = ("changes", "changes.1")
 SNAPSHOT_KIND = "snapshot"  # the `log` key kind of the snapshot's version facts
-LOG_SHARE = 4  # compact when the log holds over 1/LOG_SHARE of the held records (and more)
+# What replaying a logged change costs, in units of what one held record costs a
+# snapshot's write (17-21 us; pipeline benchmark workload, in process): a profile
+# is decoded and held, 28 us (its index insert waits for a subscription query);
+# a subscription is also placed in the forest, 79 us among 10k, 242 us among 100k.
+REPLAY_COST = {"profile": 1.5, "subscription": 8.0}
+
+
+def _cost(changes: list) -> float:
+    """What replaying `changes` costs (`REPLAY_COST`)."""
+    return sum(REPLAY_COST[change[0]] for change in changes)
 
 
 def _freeze_heap() -> None:
@@ -125,6 +139,12 @@ class _Log:
     def __init__(self) -> None:
         self.generations: dict[str, dict[int, tuple[int, list]]] = {k: {} for k in BATCH_KINDS}
         self.facts: dict[str, str] = {}
+        self.legacy = 0.0  # the replay cost of the per-change entries of earlier versions
+
+    @property
+    def cost(self) -> float:
+        """What replaying the log since the snapshot costs (`REPLAY_COST`)."""
+        return self.legacy + sum(_cost(changes) for _, changes in self.current.values())
 
     def _token(self, name: str) -> int | None:
         return int(self.facts[name]) if name in self.facts else None
@@ -276,9 +296,10 @@ class MatchProcessor(StatefulProcessor):
         meta = self._meta() if meta is None else meta
         cached, matcher = state_cache.take(skey), None
         if cached is not None and meta["token"] is not None:
-            token, log_len, matcher = cached
+            token, log_len, log_cost, matcher = cached
             if token == meta["token"]:
                 counts["cache_hits"] = 1
+                meta["log_cost"] = log_cost
             else:
                 matcher = self._catch_up(matcher, token, log_len, meta)
                 counts["cache_catch_ups" if matcher is not None else "cache_misses"] = 1
@@ -286,14 +307,15 @@ class MatchProcessor(StatefulProcessor):
             counts["cache_misses"] = 1
         if matcher is None:
             gc.unfreeze()  # a full collection may then reclaim what the dropped one held
-            matcher = self._rebuild(skey)
+            matcher = self._rebuild(skey, meta)
         # The live-count gauges travel as differences (added back in `_save`).
         counts["subscriptions"] = -len(matcher.subs)
         counts["profiles"] = -len(matcher.profiles)
         return matcher, meta
 
-    def _rebuild(self, skey: str) -> Any:
-        """Snapshot + change log → matcher; a key with no state gets a new one."""
+    def _rebuild(self, skey: str, meta: dict) -> Any:
+        """Snapshot + change log → matcher; a key with no state gets a new one.
+        Sets the log's replay cost in `meta`."""
         snapshot = self.snapshot.get() if self.snapshot.exists() else None
         if snapshot is not None:
             matcher = load_snapshot(snapshot[0])
@@ -304,6 +326,7 @@ class MatchProcessor(StatefulProcessor):
         for position in sorted(log.current):
             _replay(matcher, log.current[position][1])
         matcher.drain_changes()
+        meta["log_cost"] = log.cost
         return matcher
 
     def _read_log(self, matcher: Any) -> _Log:
@@ -317,13 +340,15 @@ class MatchProcessor(StatefulProcessor):
                 log.facts[ident] = rec
             else:  # one change, as earlier versions wrote them
                 matcher.restore(kind, ident, None if rec is None else from_state(rec))
+                log.legacy += REPLAY_COST[kind]
         return log
 
     def _catch_up(self, matcher: Any, token: int, log_len: int, meta: dict) -> Any | None:
         """`matcher`, cached at version `token` and log length `log_len`, brought up to
         the current version with the log entries after it, from this generation or
         the one before the snapshot; None if that version is in neither (two
-        snapshots since, or a batch that did not commit)."""
+        snapshots since, or a batch that did not commit). Sets the log's replay
+        cost in `meta`."""
         probe = SpaceMatcher(matcher.space)  # for per-change entries: there must be none
         log = self._read_log(probe)
         if len(probe):
@@ -339,6 +364,7 @@ class MatchProcessor(StatefulProcessor):
         for changes in steps:
             _replay(matcher, changes)
         matcher.drain_changes()
+        meta["log_cost"] = log.cost
         return matcher
 
     def _save(
@@ -356,16 +382,16 @@ class MatchProcessor(StatefulProcessor):
         if changes or before is None:
             meta["token"] = random.getrandbits(62)
         if changes and len(matcher):  # (an emptied key's state is cleared below)
-            logged = meta["log_len"] + len(changes)
-            if logged > self.snapshot_every and logged > len(matcher) // LOG_SHARE:
-                # (a batch that holds the log's share by itself is not worth a
-                # catch-up: a rebuild from the snapshot is about as quick)
-                close = before is not None and len(changes) <= len(matcher) // LOG_SHARE
+            logged, cost = meta["log_len"] + len(changes), _cost(changes)
+            if logged > self.snapshot_every and meta["log_cost"] + cost > len(matcher):
+                # (a batch that costs a snapshot's write to replay by itself is not
+                # worth a catch-up: a rebuild from the snapshot is about as quick)
+                close = before is not None and cost <= len(matcher)
                 self._compact(matcher, meta, changes if close else None)
                 counts["snapshots"] = 1
             else:
                 self._append(meta, changes, self._generation())
-                meta["log_len"] = logged
+                meta["log_len"], meta["log_cost"] = logged, meta["log_cost"] + cost
         self._move_timer(matcher, meta)
         if not len(matcher):
             self.meta.clear()
@@ -375,7 +401,7 @@ class MatchProcessor(StatefulProcessor):
         else:
             counts_held = (len(matcher.subs), len(matcher.profiles))
             self.meta.update((meta["token"], meta["log_len"], meta["timer"], *counts_held))
-            state_cache.put(skey, meta["token"], meta["log_len"], matcher)
+            state_cache.put(skey, meta["token"], (meta["log_len"], meta["log_cost"]), matcher)
         counts["subscriptions"] += len(matcher.subs)
         counts["profiles"] += len(matcher.profiles)
         counts["matches"] = matches
@@ -422,7 +448,7 @@ class MatchProcessor(StatefulProcessor):
             self.log.removeKey((SNAPSHOT_KIND, "previous"))
         self.log.updateValue((SNAPSHOT_KIND, "token"), (str(meta["token"]),))
         self.log.updateValue((SNAPSHOT_KIND, "generation"), (str(1 - generation),))
-        meta["log_len"] = 0
+        meta["log_len"], meta["log_cost"] = 0, 0.0
 
     def _move_timer(self, matcher: Any, meta: dict) -> None:
         expiry = matcher.next_expiry()

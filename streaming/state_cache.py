@@ -52,19 +52,20 @@ _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"  # a zstd frame; a pickle starts with b"\x80"
 # Matchers kept per worker process; the least recently used goes first.
 MAX_ENTRIES = 512
 
-# key → (version token, change-log length at that version, matcher)
-_entries: OrderedDict[str, tuple[int, int, Any]] = OrderedDict()
+# key → (version token, change-log length and replay cost at that version, matcher)
+_entries: OrderedDict[str, tuple[int, int, float, Any]] = OrderedDict()
 
 
-def take(key: str) -> tuple[int, int, Any] | None:
-    """Remove and return the entry of `key`, `(token, log length, matcher)`, or None.
-    The caller uses the matcher only if it can prove which state version it is."""
+def take(key: str) -> tuple[int, int, float, Any] | None:
+    """Remove and return the entry of `key`, `(token, log length, log cost, matcher)`,
+    or None. The caller uses the matcher only if it can prove which state version it is."""
     return _entries.pop(key, None)
 
 
-def put(key: str, token: int, log_len: int, matcher: Any) -> None:
-    """Cache `matcher` as the state of `key` at version `token` (log length `log_len`)."""
-    _entries[key] = (token, log_len, matcher)
+def put(key: str, token: int, log: tuple[int, float], matcher: Any) -> None:
+    """Cache `matcher` as the state of `key` at version `token`, whose change log has
+    `log` = (length, replay cost)."""
+    _entries[key] = (token, *log, matcher)
     _entries.move_to_end(key)
     while len(_entries) > MAX_ENTRIES:
         _entries.popitem(last=False)

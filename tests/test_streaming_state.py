@@ -301,14 +301,17 @@ def test_processor_state_rebuilds_to_the_same_matches():
     assert {"cache_hits", "cache_catch_ups", "cache_misses", "snapshots"} <= seen
 
 
-def test_a_worker_catches_up_across_a_snapshot_the_other_wrote():
+def test_a_worker_catches_up_across_a_snapshot_the_other_wrote(monkeypatch):
     """Two workers taking a key's batches by turns, then one of them alone, the log
     compacted every few batches: a worker rebuilds on its first batch and when two
     snapshots were written since its last (the generation it needs is gone), and
     otherwise catches up, across the snapshot the other one wrote meanwhile; all
     emit what one matcher does."""
+    from streaming import processor as processor_module
     from streaming import state_cache
 
+    # Dear replays: the log is compacted once it holds a quarter of the held records.
+    monkeypatch.setattr(processor_module, "REPLAY_COST", {"profile": 4.0, "subscription": 4.0})
     subs, profiles = generate("nested", 6, 400, 600)
     space = subs[0]["space"]
     processor, _, metrics = _processor(40)
@@ -333,6 +336,43 @@ def test_a_worker_catches_up_across_a_snapshot_the_other_wrote():
         across += len(since) == 1
     assert [i for i, counts in enumerate(seen) if counts.get("cache_misses")] == expected
     assert across and len(expected) > 2, "the workload no longer compacts where this needs"
+
+
+def test_the_log_is_compacted_once_replaying_it_costs_more_than_a_snapshot():
+    """A snapshot is written when replaying the log since the last one would cost
+    more than writing one (`REPLAY_COST`, in held records): a log of profiles grows
+    to about as many changes as there are held records, a log of subscriptions to a
+    fraction of that; a rebuild at any point in between emits what one matcher does."""
+    from streaming import state_cache
+    from streaming.processor import REPLAY_COST
+
+    subs, profiles = generate("nested", 7, 1200, 2000)
+    space = subs[0]["space"]
+    processor, handle, metrics = _processor(40)
+    reference = SpaceMatcher(space)
+    batches = [("subscription", subs[:400])]
+    batches += [("profile", profiles[i : i + 100]) for i in range(0, 2000, 100)]
+    batches += [("subscription", subs[i : i + 50]) for i in range(400, 1200, 50)]
+    held, cost, logged, kinds, expected, compacted = 0, 0.0, 0, set(), [], []
+    try:
+        for index, (kind, rows) in enumerate(batches):
+            state_cache._entries = state_cache._entries.__class__()  # every batch a rebuild
+            _check_batch(processor, space, reference, kind, rows)
+            held, logged = held + len(rows), logged + len(rows)
+            cost += REPLAY_COST[kind] * len(rows)
+            kinds.add(kind)
+            if cost > held:
+                expected.append(index)
+                compacted.append((kinds, logged / held))  # the log's share of the held
+                cost, logged, kinds = 0.0, 0, set()
+            assert handle.states["meta"].value[1] == logged  # the log's length
+    finally:
+        state_cache._entries = state_cache._entries.__class__()
+    assert [i for i, counts in enumerate(metrics.seen) if counts.get("snapshots")] == expected
+    profile_logs = [share for kinds, share in compacted if kinds == {"profile"}]
+    subscription_logs = [share for kinds, share in compacted[1:] if kinds == {"subscription"}]
+    assert profile_logs and min(profile_logs) > 0.5  # (a quarter, before)
+    assert subscription_logs and max(subscription_logs) < 0.2
 
 
 def test_evictions_are_matched_in_one_forest_query_and_written_as_one_at_a_time():
