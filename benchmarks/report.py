@@ -231,9 +231,10 @@ def _readme(result: dict, json_path: Path, plots: list[str]) -> str:
     lines += ["", *_targets(result["rows"])]
     lines += [
         "",
-        "Deletes: the forest is 7-12x faster than the poset where the poset relinks tens",
-        "of edges (a node with children), slower for leaves, most of a random sample; per-case",
-        f'figures in [`DESIGN.md`]({_design(json_path)}) ("Deletes, against Siena\'s poset").',
+        "Deletes: the forest is 10-16x faster than the poset where the poset relinks tens of",
+        "edges (a node with children below a parent: siena, tracking), about as fast for leaves",
+        "there, slower on a flat or sparse set (uniform, nested) and for roots with children:",
+        f'[`DESIGN.md`]({_design(json_path)}) ("Deletes, against Siena\'s poset").',
     ]
     lines += ["", *[f"![{p}]({p})" for p in plots], ""]
     return "\n".join(lines)
