@@ -28,10 +28,12 @@ A sharded space's cells run on different shuffle partitions, so up to
 Each partition's task takes whichever Python worker has been idle longest,
 so with 2 partitions a key's batches move between two workers, each with
 its own cached matcher: brought up to date from the change log when it is
-behind, rebuilt from the snapshot the first time a worker meets the key
-(3-4 s at 100k subscriptions). A job with one unsharded space loses nothing
-with `shuffle_partitions = 1`, which keeps its key on one worker (pipeline
-benchmark workload at 100k: every batch a cache hit).
+behind, rebuilt from the snapshot and the log since the first time a worker
+meets the key (at 100k subscriptions, 2-3 s to load the snapshot and up to
+about as long again to replay the log: see `streaming.processor`). A job with
+one unsharded space loses nothing with `shuffle_partitions = 1`, which keeps
+its key on one worker (pipeline benchmark workload at 100k: every batch a
+cache hit).
 The cuts are fixed by the checkpoint too: `tsm run` refuses to start a
 checkpoint that holds state under other `[sharding]` tables
 (`streaming.checkpoint_guard`).
