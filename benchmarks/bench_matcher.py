@@ -173,11 +173,18 @@ def _collected() -> float:
     return _clock()
 
 
-def _timed(step: Callable[[Any], None], items: Sequence, budget_s: float) -> float:
-    """Seconds to apply `step` to every item; OverBudget past the budget, or as soon
-    as a tenth of it is spent and the items done so far say that all of them would
-    take over twice the budget (no contender's steps get cheaper as it grows: a
-    poset's inserts get dearer), so that a hopeless build does not spend it all."""
+def _timed(
+    step: Callable[[Any], None],
+    items: Sequence,
+    budget_s: float,
+    settle: Callable[[], None] | None = None,
+) -> float:
+    """Seconds to apply `step` to every item and then `settle` (the index work the
+    steps deferred, so that no query pays for it untimed); OverBudget past the
+    budget, or as soon as a tenth of it is spent and the items done so far say that
+    all of them would take over twice the budget (no contender's steps get cheaper
+    as it grows: a poset's inserts get dearer), so that a hopeless build does not
+    spend it all."""
     start = _collected()
     for i, item in enumerate(items):
         step(item)
@@ -191,12 +198,8 @@ def _timed(step: Callable[[Any], None], items: Sequence, budget_s: float) -> flo
                     f"{budget_s:.0f} s budget)"
                 )
                 raise OverBudget(message, i + 1, elapsed)
-    return _clock() - start
-
-
-def _took(step: Callable[[], None]) -> float:
-    start = _clock()
-    step()
+    if settle is not None:
+        settle()
     return _clock() - start
 
 
@@ -376,7 +379,7 @@ def _partial_updates(
     row["insert_per_s"] = _rate(stop.done, stop.seconds)
     held = entries[: stop.done]
     dels = [k for k, _ in rng.sample(held, min(run.plan.deletes, len(held) // 10))]
-    t = _timed(c.delete, dels, run.plan.budget_s) + _took(c.settle_subscriptions)
+    t = _timed(c.delete, dels, run.plan.budget_s, c.settle_subscriptions)
     row["delete_per_s"] = _rate(len(dels), t)
     row["partial"] = f"inserts {stop}; insert and delete rates over those, no matching"
 
@@ -394,10 +397,10 @@ def _build(run: Run, row: dict, c: Contender, data: Data, entries: list, profile
     # A side's insert time includes the index work its inserts deferred
     # (`settle_*`), so that no query pays for the bulk load before it.
     try:
-        t_sub = _timed(lambda e: c.insert(*e), entries, budget) + _took(c.settle_subscriptions)
+        t_sub = _timed(lambda e: c.insert(*e), entries, budget, c.settle_subscriptions)
     except OverBudget as exc:
         raise BuildOverBudget(str(exc), exc.done, exc.seconds) from None
-    t_prof = _timed(lambda p: c.insert_profile(*p), profiles, budget) + _took(c.settle_profiles)
+    t_prof = _timed(lambda p: c.insert_profile(*p), profiles, budget, c.settle_profiles)
     # (each side's inserts have their own budget: the longer one decides)
     run.last_build[(c.name, data.kind)] = (row["size"], max(t_sub, t_prof))
     row["build_s"] = round(t_sub + t_prof, 3)
@@ -433,10 +436,9 @@ def _deletions(
 ) -> None:
     budget = run.plan.budget_s
     if del_entries:
-        # (with the index work the deletions deferred, as for inserts)
-        t = _timed(c.delete, del_entries, budget) + _took(c.settle_subscriptions)
+        t = _timed(c.delete, del_entries, budget, c.settle_subscriptions)
         row["delete_per_s"] = _rate(len(del_entries), t)
-        t = _timed(c.delete_profile, del_profiles, budget) + _took(c.settle_profiles)
+        t = _timed(c.delete_profile, del_profiles, budget, c.settle_profiles)
         row["delete_profile_per_s"] = _rate(len(del_profiles), t)
     row["_profiles-after-delete"] = c.match_profiles(data.query_profiles[:RECHECK])
     row["_filters-after-delete"] = c.match_subscriptions(data.query_filters[:RECHECK])

@@ -356,7 +356,8 @@ class Forest:
         now be True, so queries that read them are still right, merely accepting
         fewer subtrees untested; `descend` flushes first all the same. Deferred so
         that a batch of removals (a micro-batch's expiries) pays one pass, not a
-        walk up the tree each: siena 10k, 1,000 deletes, 458 such walks."""
+        walk up the tree each (siena 10k: 458 walks in 1,000 deletes, up to 44
+        levels deep, about half their time)."""
         if not self._stale:
             return
         nodes = np.fromiter(self._stale, dtype=np.int64, count=len(self._stale))
