@@ -80,12 +80,14 @@ def as_json_line(value: bytes) -> tuple[bytes, bool]:
     """
     try:
         parsed = json.loads(value)
-    except ValueError:
+    except (ValueError, RecursionError):  # (nested deeper than json recurses: shown as text)
         try:
             text = value.decode()
         except UnicodeDecodeError:
             text = base64.b64encode(value).decode()
         return json.dumps(text).encode(), False
     if b"\n" in value:
-        return json.dumps(parsed, separators=(",", ":"), ensure_ascii=False).encode(), True
+        text = json.dumps(parsed, separators=(",", ":"), ensure_ascii=False)
+        # (a lone surrogate escape has no UTF-8: keep the escapes then)
+        return text.encode("utf-8", "backslashreplace"), True
     return value.strip(), True

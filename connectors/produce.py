@@ -24,10 +24,12 @@ def record_key(line: bytes) -> bytes | None:
     """The UTF-8 `space` of a JSON object line, or None if there is none."""
     try:
         record = json.loads(line.decode())  # str: skips json's encoding detection
-    except ValueError:  # bad JSON and bad UTF-8 (UnicodeDecodeError) alike
+        space = record.get("space") if isinstance(record, dict) else None
+        return space.encode() if isinstance(space, str) else None
+    # bad JSON and bad UTF-8 (UnicodeDecodeError) alike, nesting deeper than json
+    # recurses, a space with a lone surrogate escape (UnicodeEncodeError)
+    except (ValueError, RecursionError):
         return None
-    space = record.get("space") if isinstance(record, dict) else None
-    return space.encode() if isinstance(space, str) else None
 
 
 def read_lines(stream: Iterable[bytes]) -> Iterable[bytes]:

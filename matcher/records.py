@@ -11,6 +11,7 @@ import functools
 import hashlib
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,6 +23,10 @@ from matcher.times import epoch_ms
 from matcher.where import parse_where
 
 MAX_RECORD_BYTES = 1024 * 1024
+# Arrays and objects a record may nest, itself included. A payload travels on in
+# match records, snapshots and the change log, and a deeper one (1,000 levels fit in
+# 1 MB) made json or pickle raise RecursionError there, stopping the job at every retry.
+MAX_DEPTH = 64
 OPEN = math.inf  # a missing valid_to: open-ended
 MAX_INT = 2**1023  # larger integers do not convert to a float
 
@@ -161,34 +166,84 @@ def _text(obj: dict, name: str, required: bool = True) -> str | None:
 
 
 def _parse_json(raw: bytes | str) -> dict:
-    if isinstance(raw, bytes):
-        if len(raw) > MAX_RECORD_BYTES:
-            raise RecordError(f"record is {len(raw)} bytes; the limit is {MAX_RECORD_BYTES}")
+    if isinstance(raw, str):
         try:
-            raw = raw.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise RecordError(f"record is not UTF-8 text (byte {exc.start})") from None
-    elif len(raw) > MAX_RECORD_BYTES:
-        raise RecordError(f"record is over the limit of {MAX_RECORD_BYTES} bytes")
+            raw = raw.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise RecordError(f"record is not Unicode text (character {exc.start + 1})") from None
+    if len(raw) > MAX_RECORD_BYTES:
+        raise RecordError(f"record is {len(raw)} bytes; the limit is {MAX_RECORD_BYTES}")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise RecordError(f"record is not UTF-8 text (byte {exc.start})") from None
     try:
         obj = json.loads(
-            raw, parse_constant=_reject_constant, parse_float=_finite_float, parse_int=_bounded_int
+            text, parse_constant=_reject_constant, parse_float=_finite_float, parse_int=_bounded_int
         )
     except json.JSONDecodeError as exc:
         raise RecordError(f"malformed JSON: {exc.msg} at column {exc.colno}") from None
+    except RecursionError:
+        raise RecordError(_too_deep()) from None
     if not isinstance(obj, dict):
         raise RecordError(f"a record must be a JSON object, got {type(obj).__name__}")
+    # (counted in C first: a record with few brackets cannot nest deeply)
+    if text.count("[") + text.count("{") > MAX_DEPTH and _nested_deeper(obj, MAX_DEPTH):
+        raise RecordError(_too_deep())
+    if "\\u" in text and _SURROGATE_ESCAPE.search(text):
+        _check_unicode(obj)
     version = obj.get("version", 1)
     if version != 1:
         raise RecordError(f"unsupported schema version {version!r}; this matcher reads version 1")
     return obj
 
 
+# a JSON escape of a UTF-16 surrogate: paired, json.loads makes one character of
+# the two; alone, it leaves a code point that no UTF-8 output can carry
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+def _too_deep() -> str:
+    return f"record nests arrays and objects deeper than {MAX_DEPTH} levels"
+
+
+def _nested_deeper(obj: Any, levels: int) -> bool:
+    """Whether `obj` has arrays or objects more than `levels` deep (itself the first)."""
+    level = [obj]
+    for _ in range(levels):
+        level = [
+            item
+            for container in level
+            for item in (container.values() if isinstance(container, dict) else container)
+            if isinstance(item, dict | list)
+        ]
+        if not level:
+            return False
+    return True
+
+
+def _check_unicode(obj: dict) -> None:
+    """Refuse a record whose text holds an unpaired surrogate (a `\\udXXX` escape
+    alone): its match records, state and dead letters could not be written."""
+    try:
+        json.dumps(obj, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError as exc:
+        bad = exc.object[exc.start : exc.end].encode("unicode_escape").decode("ascii")
+        raise RecordError(
+            f"record holds an unpaired UTF-16 surrogate escape ({bad}), which is not "
+            "Unicode text: escape characters beyond U+FFFF as a pair, or write them as UTF-8"
+        ) from None
+
+
 def decode(
     kind: str, raw: bytes | str, source: Source = Source(), fallback_ts: int | None = None
 ) -> Record:
     """One topic record, validated; raises RecordError with the reason."""
-    obj = _parse_json(raw)
+    return _record(kind, _parse_json(raw), source, fallback_ts)
+
+
+def _record(kind: str, obj: dict, source: Source, fallback_ts: int | None) -> Record:
+    """A parsed record's fields, validated."""
     op = obj.get("op")
     if op not in _OPS[kind]:
         expected = " or ".join(repr(o) for o in _OPS[kind])
@@ -276,7 +331,8 @@ def from_state(text: str) -> Subscribe | Publish:
     """Back from `to_state` (never fails on what `to_state` wrote)."""
     obj = json.loads(text)
     kind = "subscription" if obj["op"] == "subscribe" else "profile"
-    return decode(kind, text)
+    # (not `decode`: what it held once stays readable whatever limits came since)
+    return _record(kind, obj, Source(), None)
 
 
 def version_of(state: str) -> str:
@@ -285,13 +341,21 @@ def version_of(state: str) -> str:
     return hashlib.sha1(state.encode()).hexdigest()[:16]
 
 
+def _base64(raw: bytes) -> str:
+    return base64.b64encode(raw).decode("ascii")
+
+
 def dead_letter(reason: str, raw: bytes | str, source: Source) -> dict[str, Any]:
     """The dead-letter record: the reason, the original value and where it was."""
-    if isinstance(raw, bytes):
+    if isinstance(raw, str):
+        try:
+            raw.encode("utf-8")
+            text, encoding = raw, "utf-8"
+        except UnicodeEncodeError:  # (a lone surrogate: kept as its bytes)
+            text, encoding = _base64(raw.encode("utf-8", "surrogatepass")), "base64"
+    else:
         try:
             text, encoding = raw.decode("utf-8"), "utf-8"
         except UnicodeDecodeError:
-            text, encoding = base64.b64encode(raw).decode("ascii"), "base64"
-    else:
-        text, encoding = raw, "utf-8"
+            text, encoding = _base64(raw), "base64"
     return {"reason": reason, "raw": text, "raw_encoding": encoding, "source": source.to_json()}

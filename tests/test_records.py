@@ -11,7 +11,7 @@ import pytest
 
 from matcher.engine import Engine, Input
 from matcher.events import encode
-from matcher.records import Source, decode, from_state, to_state
+from matcher.records import MAX_DEPTH, Source, decode, from_state, to_state
 
 SPACE = {"space": "v"}
 SUB = {"op": "subscribe", "id": "s1", **SPACE, "subscriber": "alice", "ts": 1000}
@@ -47,6 +47,18 @@ def flt(*atoms) -> str:
 
 DNF_BLOWUP = " AND ".join(f"(a{i} = 1 OR a{i} = 2)" for i in range(7))  # 128 conjunctions
 BIG = "1" + "0" * 400  # an integer past the float range
+
+
+def nested(levels: int) -> list:
+    """A JSON value of `levels` nested arrays."""
+    value: list = []
+    for _ in range(levels - 1):
+        value = [value]
+    return value
+
+
+DEEP = f"deeper than {MAX_DEPTH} levels"
+LONE = r"unpaired UTF-16 surrogate escape \(\\ud(800|c00|fff)\)"
 
 # (topic kind, raw record, the reason must match this regex)
 BAD = [
@@ -103,6 +115,14 @@ BAD = [
     ),
     ("subscription", where(DNF_BLOWUP), r"more than 64 conjunctions"),
     ("subscription", where("x" * (64 * 1024 + 1)), r"limit of 65536 bytes"),
+    # the record object is a level: a payload of MAX_DEPTH arrays makes one more
+    ("profile", pub(payload=nested(MAX_DEPTH)), DEEP),
+    # past what json.loads can recurse into (its RecursionError is the same reason)
+    ("profile", pub(payload=0).replace(": 0", ": " + "[" * 50_000 + "]" * 50_000), DEEP),
+    ("subscription", sub(tags={"a": nested(80)}), DEEP),
+    ("profile", pub(id="\ud800"), LONE),
+    ("profile", pub(payload={"name": "\udfff"}), LONE),
+    ("subscription", where("name = '\udc00'"), LONE),
 ]
 
 
@@ -120,6 +140,35 @@ def test_bad_record_is_a_dead_letter_and_disturbs_nothing(kind, raw, reason):
     assert letter["raw"] == raw and letter["raw_encoding"] == "utf-8"
     assert letter["source"] == {"file": "in.jsonl", "line": 2}
     encode(letter)  # serializable
+
+
+def test_a_payload_nests_up_to_the_limit_and_surrogate_pairs_are_text():
+    # the record, its payload object, and arrays down to the last level allowed
+    payload = {"path": nested(MAX_DEPTH - 2), "emoji": "\ud83d\ude00"}  # (escapes: one pair)
+    raw = pub(payload=payload)
+    assert "\\ud83d\\ude00" in raw
+    matches, dead = run([("subscription", sub()), ("profile", raw)])
+    assert dead == []
+    (match,) = matches
+    assert match["payload"]["emoji"] == "\U0001f600"
+    assert encode(match).decode("utf-8").count("[") == MAX_DEPTH - 2
+
+
+def test_text_that_is_not_unicode_is_a_dead_letter_kept_as_base64():
+    # a Python str holding a lone surrogate itself (not an escape): no UTF-8 for it
+    raw = json.dumps(PUB | {"id": "p\ud800"}, ensure_ascii=False)
+    matches, (letter,) = run([("subscription", sub()), ("profile", raw), ("profile", pub())])
+    assert len(matches) == 1
+    assert "not Unicode text (character" in letter["reason"]
+    assert letter["raw_encoding"] == "base64"
+    assert base64.b64decode(letter["raw"]) == raw.encode("utf-8", "surrogatepass")
+    encode(letter)
+
+
+def test_held_state_is_read_back_whatever_limits_came_since():
+    held = decode("profile", pub(payload=[1]))
+    held.payload = nested(MAX_DEPTH + 10)  # (as a version without the depth limit held it)
+    assert from_state(to_state(held)).payload == held.payload
 
 
 def test_non_utf8_record_is_kept_as_base64():

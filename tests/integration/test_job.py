@@ -102,6 +102,12 @@ BAD_PROFILES = [
     b'{"op": "publish", "id": "p9", "space": "a", "attrs": {"x": [5, 1]}, "ts": 1700000000000}',
     b'{"op": "publish", "id": "p8", "space": "a", "attrs": {"x": NaN}, "ts": 1700000000000}',
     b"\xff\xfe not utf-8",
+    # nested past json.loads' recursion, and a lone surrogate escape: each stopped the job
+    b'{"op": "publish", "id": "p7", "space": "a", "ts": 1700000000000, "payload": '
+    + b"[" * 20_000
+    + b"]" * 20_000
+    + b"}",
+    b'{"op": "publish", "id": "p\\ud800", "space": "a", "attrs": {"x": 1}, "ts": 1700000000000}',
 ]
 BAD_SUBSCRIPTIONS = [
     b'{"op": "subscribe", "id": "s9", "space": "a", "subscriber": "u", '
