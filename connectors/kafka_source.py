@@ -79,6 +79,9 @@ SCHEMA = StructType(
 CHUNK = 10_000
 # librdkafka timestamp type (0 none, 1 create, 2 log append) → Spark's (-1, 0, 1).
 _TIMESTAMP_TYPES = {0: -1, 1: 0, 2: 1}
+# A timestamp is any 64-bit count of milliseconds; one whose microseconds overflow 64
+# bits (about 292,000 years from 1970) reads as null rather than failing the batch.
+_MAX_MS = (2**63 - 1) // 1000
 
 
 @dataclass(frozen=True)
@@ -257,7 +260,7 @@ def _to_arrow(messages: list, schema: pa.Schema) -> pa.RecordBatch:
         [topic] * n,
         [partition] * n,
         [m.offset() for m in messages],
-        [ts * 1000 if kind else None for kind, ts in stamps],
+        [ts * 1000 if kind and -_MAX_MS <= ts <= _MAX_MS else None for kind, ts in stamps],
         [_TIMESTAMP_TYPES[kind] for kind, _ts in stamps],
         headers,
     ]

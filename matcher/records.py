@@ -19,7 +19,7 @@ from matcher.constraints import MAX_WHERE_BYTES, Conjunction, predicate_of
 from matcher.errors import FilterError, RecordError
 from matcher.filter_json import parse_filter
 from matcher.profiles import Profile
-from matcher.times import epoch_ms
+from matcher.times import MAX_MS, MIN_MS, epoch_ms
 from matcher.where import parse_where
 
 MAX_RECORD_BYTES = 1024 * 1024
@@ -140,16 +140,24 @@ def _time(obj: dict, name: str, default: int | None) -> int | None:
     if isinstance(value, int | float):
         if not math.isfinite(value):
             raise RecordError(f"'{name}' must be a finite number")
-        return int(value)
-    if isinstance(value, str):
+        ms = int(value)
+    elif isinstance(value, str):
         try:
-            return epoch_ms(value)
+            ms = epoch_ms(value)
         except ValueError:
             raise RecordError(
                 f"'{name}' is not an ISO-8601 time: {value!r} "
                 "(use e.g. '2026-11-22T10:00:00Z' or epoch milliseconds)"
             ) from None
-    raise RecordError(f"'{name}' must be epoch milliseconds or an ISO-8601 time, got {value!r}")
+    else:
+        raise RecordError(f"'{name}' must be epoch milliseconds or an ISO-8601 time, got {value!r}")
+    if not MIN_MS <= ms <= MAX_MS:
+        hint = " (an open-ended valid_to is null)" if name == "valid_to" else ""
+        raise RecordError(f"'{name}' {value!r} {_OUT_OF_RANGE}{hint}")
+    return ms
+
+
+_OUT_OF_RANGE = f"is outside the years 1 to 9999 (epoch milliseconds {MIN_MS} to {MAX_MS})"
 
 
 def _text(obj: dict, name: str, required: bool = True) -> str | None:
@@ -250,9 +258,13 @@ def _record(kind: str, obj: dict, source: Source, fallback_ts: int | None) -> Re
         raise RecordError(f"unknown op {op!r} on the {kind}s topic: expected {expected}")
     ident = _text(obj, "id")
     space = _text(obj, "space")
+    if fallback_ts is not None and not MIN_MS <= fallback_ts <= MAX_MS:
+        fallback_ts = None  # (a Kafka timestamp is any 64-bit number of milliseconds)
     ts = _time(obj, "ts", fallback_ts)
     if ts is None:
-        raise RecordError("missing 'ts' (and the record has no Kafka timestamp to use)")
+        raise RecordError(
+            "missing 'ts' (and the record has no Kafka timestamp in the years 1 to 9999 to use)"
+        )
     if op == "unsubscribe":
         return Unsubscribe(space, ident, ts, source)
     if op == "retract":

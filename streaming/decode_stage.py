@@ -90,12 +90,15 @@ class DecodeStage:
             yield pa.RecordBatch.from_pylist(self.rows(batch), schema=DECODED_SCHEMA)
 
     def rows(self, batch: pa.RecordBatch) -> list[dict[str, Any]]:
-        columns = batch.to_pydict()
+        # Kafka timestamps as microseconds, not datetimes: a record's can be any 64-bit
+        # number of milliseconds, past the years a datetime holds (decode refuses those)
+        columns = {c: batch.column(c).to_pylist() for c in INPUT_COLUMNS if c != "timestamp"}
+        columns["timestamp"] = batch.column("timestamp").cast(pa.int64()).to_pylist()
         out = []
         for topic, part, off, stamp, value in zip(
             *(columns[c] for c in INPUT_COLUMNS), strict=True
         ):
-            ktime = None if stamp is None else int(stamp.timestamp() * 1000)
+            ktime = None if stamp is None else stamp // 1000
             source = Source(topic=topic, partition=part, offset=off)
             base = {"topic": topic, "part": part, "off": off, "ktime": ktime}
             try:

@@ -12,6 +12,7 @@ import pytest
 from matcher.engine import Engine, Input
 from matcher.events import encode
 from matcher.records import MAX_DEPTH, Source, decode, from_state, to_state
+from matcher.times import MAX_MS, MIN_MS
 
 SPACE = {"space": "v"}
 SUB = {"op": "subscribe", "id": "s1", **SPACE, "subscriber": "alice", "ts": 1000}
@@ -120,6 +121,12 @@ BAD = [
     # past what json.loads can recurse into (its RecursionError is the same reason)
     ("profile", pub(payload=0).replace(": 0", ": " + "[" * 50_000 + "]" * 50_000), DEEP),
     ("subscription", sub(tags={"a": nested(80)}), DEEP),
+    # times outside years 1 to 9999: a ts of 10**30 overflowed the job's event-time column
+    ("profile", pub(ts=10**30), r"'ts' 10{30} is outside the years 1 to 9999"),
+    ("profile", pub(ts=MAX_MS + 1), r"'ts' \d+ is outside the years 1 to 9999"),
+    ("profile", pub(ts=MIN_MS - 1), r"'ts' -\d+ is outside the years 1 to 9999"),
+    ("profile", pub(ts="0001-01-01T00:00:00+01:00"), r"'ts' '0001-01-01T00:00:00\+01:00' is out"),
+    ("subscription", sub(valid_to=10**20), r"'valid_to' .* outside .* open-ended valid_to is null"),
     ("profile", pub(id="\ud800"), LONE),
     ("profile", pub(payload={"name": "\udfff"}), LONE),
     ("subscription", where("name = '\udc00'"), LONE),
@@ -193,6 +200,17 @@ def test_kafka_source_and_timestamp():
     assert [o.topic for o in out] == ["deadletter", "matches"]
     assert out[0].value["source"] == {"topic": "tsm.profiles", "partition": 3, "offset": 18}
     assert out[1].value["ts"] == 1000  # the Kafka timestamp stood in for the missing ts
+
+
+def test_times_of_years_1_to_9999_and_kafka_timestamps_outside_them():
+    first = pub(id="first", ts="0001-01-01T00:00:00Z", valid_to=None)
+    last = pub(id="last", ts="9999-12-31T23:59:59.999Z")
+    assert [decode("profile", r).ts for r in (first, last)] == [MIN_MS, MAX_MS]
+    no_ts = json.dumps({k: v for k, v in PUB.items() if k != "ts"})
+    for stamp in (MAX_MS + 1, 2**62, MIN_MS - 1):  # (the job's source reads 2**62 as none)
+        (letter,) = Engine().process_batch([Input("profile", no_ts, src(1), stamp)])
+        assert "no Kafka timestamp in the years 1 to 9999" in letter.value["reason"]
+    assert decode("profile", no_ts, fallback_ts=MAX_MS).ts == MAX_MS
 
 
 def test_late_records_across_two_batches():

@@ -108,7 +108,11 @@ BAD_PROFILES = [
     + b"]" * 20_000
     + b"}",
     b'{"op": "publish", "id": "p\\ud800", "space": "a", "attrs": {"x": 1}, "ts": 1700000000000}',
+    # a ts past the 64-bit microseconds of the event-time column: it stopped the job too
+    b'{"op": "publish", "id": "p6", "space": "a", "attrs": {"x": 1}, "ts": 1' + b"0" * 30 + b"}",
 ]
+# No ts, and a Kafka timestamp past what Spark's timestamps hold: the source reads it as none
+NO_TS_FAR_STAMP = (b'{"op": "publish", "id": "p5", "space": "a", "attrs": {"x": 1}}', 2**62)
 BAD_SUBSCRIPTIONS = [
     b'{"op": "subscribe", "id": "s9", "space": "a", "subscriber": "u", '
     b'"where": "x BETWEEN AND 3", "ts": 1700000000000}',
@@ -129,6 +133,15 @@ def make_topics(new_topic: Callable[..., str], bootstrap: str, partitions: int =
         matches=new_topic("matches", 2),
         deadletter=new_topic("deadletter", 1),
     )
+
+
+def produce_stamped(bootstrap: str, topic: str, value: bytes, timestamp_ms: int) -> None:
+    """One record with the Kafka timestamp given (CreateTime: any 64-bit number)."""
+    from confluent_kafka import Producer
+
+    producer = Producer(confluent_config(bootstrap))
+    producer.produce(topic, value, timestamp=timestamp_ms)
+    assert producer.flush(10) == 0
 
 
 def read_back(bootstrap: str, topic: str) -> list[tuple[int, int, bytes, int]]:
@@ -270,6 +283,7 @@ def test_bad_and_late_records_go_to_dead_letters(spark, bootstrap, new_topic, tm
     subs, profiles = workload(seed=2, subs=20, profiles=80)
     produce_lines(bootstrap, topics.subscriptions, subs[:10] + BAD_SUBSCRIPTIONS + subs[10:])
     produce_lines(bootstrap, topics.profiles, profiles[:40] + BAD_PROFILES + profiles[40:])
+    produce_stamped(bootstrap, topics.profiles, *NO_TS_FAR_STAMP)
     config = JobConfig(
         bootstrap=bootstrap, topics=topics, checkpoint=str(tmp_path / "ck"), lateness_ms=1000
     )
@@ -286,7 +300,9 @@ def test_bad_and_late_records_go_to_dead_letters(spark, bootstrap, new_topic, tm
     got = output(bootstrap, topics)
     assert got == want
     reasons = [json.loads(v)["reason"] for v in got["deadletter"]]
-    assert len(reasons) == len(BAD_PROFILES) + len(BAD_SUBSCRIPTIONS) + 2  # and the two late ones
+    # and the one with no time, and the two late ones
+    assert len(reasons) == len(BAD_PROFILES) + len(BAD_SUBSCRIPTIONS) + 1 + 2
+    assert sum("no Kafka timestamp in the years 1 to 9999" in r for r in reasons) == 1
     assert sum(r.startswith("late:") for r in reasons) == 2
     assert counters["late"] == 2
 
