@@ -23,6 +23,17 @@ from matcher.times import MAX_MS, MIN_MS, epoch_ms
 from matcher.where import parse_where
 
 MAX_RECORD_BYTES = 1024 * 1024
+# What goes out must fit in one Kafka message: 1,000,000 bytes is librdkafka's default
+# `message.max.bytes` and about a broker's, and a record over it failed the producer
+# at every retry of the task. Every match record carries the profile's payload and
+# the names below, so those are bounded to leave room; dead letters bound themselves.
+MAX_OUTPUT_BYTES = 1_000_000
+MAX_PAYLOAD_BYTES = 900_000  # the payload as match records write it (compact JSON, UTF-8)
+MAX_NAME_CHARS = 1024  # id, space, subscriber (at most 6 bytes a character, escaped)
+MAX_REASON_CHARS = 1000  # a dead letter's reason (some quote the bad value)
+RAW_KEPT_BYTES = 600_000  # a dead letter's raw past what fits: this much, as base64
+_PAYLOAD_GROWTH = 5  # compact JSON of a parsed value is under 5x its text (1e15 ->
+# 1000000000000000.0 is the most), so a record this much under the limit needs no check
 # Arrays and objects a record may nest, itself included. A payload travels on in
 # match records, snapshots and the change log, and a deeper one (1,000 levels fit in
 # 1 MB) made json or pickle raise RecursionError there, stopping the job at every retry.
@@ -247,7 +258,34 @@ def decode(
     kind: str, raw: bytes | str, source: Source = Source(), fallback_ts: int | None = None
 ) -> Record:
     """One topic record, validated; raises RecordError with the reason."""
-    return _record(kind, _parse_json(raw), source, fallback_ts)
+    record = _record(kind, _parse_json(raw), source, fallback_ts)
+    _check_output_size(record, len(raw) if isinstance(raw, bytes) else 4 * len(raw))
+    return record
+
+
+def _check_output_size(record: Record, raw_bytes: int) -> None:
+    """Refuse a record whose match records could not fit in a Kafka message."""
+    names = (("id", record.id), ("space", record.space))
+    if isinstance(record, Subscribe):
+        names += (("subscriber", record.subscriber),)
+    for name, value in names:
+        if len(value) > MAX_NAME_CHARS:
+            raise RecordError(
+                f"'{name}' is {len(value)} characters; the limit is {MAX_NAME_CHARS} "
+                "(it goes into every match record)"
+            )
+    if isinstance(record, Publish) and raw_bytes * _PAYLOAD_GROWTH > MAX_PAYLOAD_BYTES:
+        size = len(_compact(record.payload).encode("utf-8"))
+        if size > MAX_PAYLOAD_BYTES:
+            raise RecordError(
+                f"'payload' is {size} bytes of JSON; the limit is {MAX_PAYLOAD_BYTES}, so "
+                f"that each match record, which carries it, fits a {MAX_OUTPUT_BYTES}-byte "
+                "Kafka message"
+            )
+
+
+def _compact(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
 def _record(kind: str, obj: dict, source: Source, fallback_ts: int | None) -> Record:
@@ -358,7 +396,28 @@ def _base64(raw: bytes) -> str:
 
 
 def dead_letter(reason: str, raw: bytes | str, source: Source) -> dict[str, Any]:
-    """The dead-letter record: the reason, the original value and where it was."""
+    """The dead-letter record: the reason, the original value and where it was.
+
+    It fits a Kafka message (`MAX_OUTPUT_BYTES`) whatever the value: a reason is
+    cut at `MAX_REASON_CHARS`, and a raw value that would not fit (a record over
+    the size limit, say) is kept as its first `RAW_KEPT_BYTES`, base64, with
+    `raw_truncated` and its whole size in `raw_bytes`."""
+    if len(reason) > MAX_REASON_CHARS:
+        reason = reason[: MAX_REASON_CHARS - 1] + "…"
+    letter = _dead_letter(reason, raw, source)
+    # (escaped, a character of text is at most 6 bytes: most letters need no measuring)
+    if 6 * len(raw) + 8 * MAX_REASON_CHARS > MAX_OUTPUT_BYTES:
+        if len(_compact(letter).encode("utf-8")) > MAX_OUTPUT_BYTES:
+            data = raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else raw
+            letter["raw"] = _base64(data[:RAW_KEPT_BYTES])
+            letter["raw_encoding"] = "base64"
+            letter["raw_truncated"] = True
+            letter["raw_bytes"] = len(data)
+            letter["source"] = letter.pop("source")  # (last, as in every other letter)
+    return letter
+
+
+def _dead_letter(reason: str, raw: bytes | str, source: Source) -> dict[str, Any]:
     if isinstance(raw, str):
         try:
             raw.encode("utf-8")

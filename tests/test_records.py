@@ -11,7 +11,17 @@ import pytest
 
 from matcher.engine import Engine, Input
 from matcher.events import encode
-from matcher.records import MAX_DEPTH, Source, decode, from_state, to_state
+from matcher.records import (
+    MAX_DEPTH,
+    MAX_NAME_CHARS,
+    MAX_OUTPUT_BYTES,
+    MAX_PAYLOAD_BYTES,
+    RAW_KEPT_BYTES,
+    Source,
+    decode,
+    from_state,
+    to_state,
+)
 from matcher.times import MAX_MS, MIN_MS
 
 SPACE = {"space": "v"}
@@ -127,6 +137,11 @@ BAD = [
     ("profile", pub(ts=MIN_MS - 1), r"'ts' -\d+ is outside the years 1 to 9999"),
     ("profile", pub(ts="0001-01-01T00:00:00+01:00"), r"'ts' '0001-01-01T00:00:00\+01:00' is out"),
     ("subscription", sub(valid_to=10**20), r"'valid_to' .* outside .* open-ended valid_to is null"),
+    # what every match record carries must leave it room in a Kafka message
+    ("profile", pub(id="p" * (MAX_NAME_CHARS + 1)), r"'id' is 1025 characters; the limit is 1024"),
+    ("subscription", sub(subscriber="u" * 2000), r"'subscriber' is 2000 characters"),
+    ("subscription", sub(space="s" * 2000), r"'space' is 2000 characters"),
+    ("profile", pub(payload="x" * MAX_PAYLOAD_BYTES), r"'payload' is 900002 bytes of JSON"),
     ("profile", pub(id="\ud800"), LONE),
     ("profile", pub(payload={"name": "\udfff"}), LONE),
     ("subscription", where("name = '\udc00'"), LONE),
@@ -144,9 +159,14 @@ def test_bad_record_is_a_dead_letter_and_disturbs_nothing(kind, raw, reason):
     (letter,) = dead
     assert re.search(reason, letter["reason"]), letter["reason"]
     assert "Traceback" not in letter["reason"] and len(letter["reason"]) < 400
-    assert letter["raw"] == raw and letter["raw_encoding"] == "utf-8"
+    if letter.get("raw_truncated"):  # (the record over the size limit: too big to keep)
+        data = raw.encode()
+        assert letter["raw_encoding"] == "base64" and letter["raw_bytes"] == len(data)
+        assert base64.b64decode(letter["raw"]) == data[:RAW_KEPT_BYTES]
+    else:
+        assert letter["raw"] == raw and letter["raw_encoding"] == "utf-8"
     assert letter["source"] == {"file": "in.jsonl", "line": 2}
-    encode(letter)  # serializable
+    assert len(encode(letter)) <= MAX_OUTPUT_BYTES  # serializable, and fits a Kafka message
 
 
 def test_a_payload_nests_up_to_the_limit_and_surrogate_pairs_are_text():
@@ -170,6 +190,28 @@ def test_text_that_is_not_unicode_is_a_dead_letter_kept_as_base64():
     assert letter["raw_encoding"] == "base64"
     assert base64.b64decode(letter["raw"]) == raw.encode("utf-8", "surrogatepass")
     encode(letter)
+
+
+def test_the_largest_records_accepted_make_match_records_that_fit_a_kafka_message():
+    names = "\x01" * MAX_NAME_CHARS  # (6 bytes each, escaped)
+    payload = "é" * ((MAX_PAYLOAD_BYTES - 2) // 2)  # (2 bytes each: a 900 KB record)
+    big = json.dumps(PUB | {"id": names, "space": names, "payload": payload}, ensure_ascii=False)
+    subscription = sub(id=names, space=names, subscriber=names, relation="covers")
+    matches, dead = run([("subscription", subscription), ("profile", big)])
+    assert dead == []
+    (match,) = matches
+    assert MAX_OUTPUT_BYTES - 100_000 < len(encode(match)) <= MAX_OUTPUT_BYTES
+
+
+def test_a_dead_letter_fits_a_kafka_message_whatever_it_holds():
+    bad = '{"op": "publish", "payload": "' + '\\"' * 300_000  # 900 KB; 1.5 MB escaped
+    _, (letter,) = run([("profile", bad)])
+    assert letter["raw_truncated"] and letter["raw_bytes"] == len(bad)
+    assert base64.b64decode(letter["raw"]) == bad.encode()[:RAW_KEPT_BYTES]
+    assert len(encode(letter)) <= MAX_OUTPUT_BYTES
+    _, (letter,) = run([("profile", pub(attrs={"x": [{"y": "z" * 900_000}]}))])
+    assert len(letter["reason"]) == 1000 and letter["reason"].endswith("…")
+    assert letter["raw_encoding"] == "utf-8" and len(encode(letter)) <= MAX_OUTPUT_BYTES
 
 
 def test_held_state_is_read_back_whatever_limits_came_since():

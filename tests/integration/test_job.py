@@ -110,7 +110,17 @@ BAD_PROFILES = [
     b'{"op": "publish", "id": "p\\ud800", "space": "a", "attrs": {"x": 1}, "ts": 1700000000000}',
     # a ts past the 64-bit microseconds of the event-time column: it stopped the job too
     b'{"op": "publish", "id": "p6", "space": "a", "attrs": {"x": 1}, "ts": 1' + b"0" * 30 + b"}",
+    # under Kafka's 1,000,000-byte message limit, but its match records (and, refused,
+    # its dead letter) would not be: the producer failed the task at every retry
+    b'{"op": "publish", "id": "p4", "space": "big", "attrs": {"x": 1}, "ts": 1700000000000, '
+    + b'"payload": "'
+    + b"x" * 999_800
+    + b'"}',
 ]
+# (what the one above would match)
+MATCHES_ALL_BIG = (
+    b'{"op": "subscribe", "id": "s", "space": "big", "subscriber": "u", "where": "TRUE", "ts": 1}'
+)
 # No ts, and a Kafka timestamp past what Spark's timestamps hold: the source reads it as none
 NO_TS_FAR_STAMP = (b'{"op": "publish", "id": "p5", "space": "a", "attrs": {"x": 1}}', 2**62)
 BAD_SUBSCRIPTIONS = [
@@ -281,7 +291,11 @@ def test_end_to_end_equals_replay(bootstrap, new_topic, tmp_path):
 def test_bad_and_late_records_go_to_dead_letters(spark, bootstrap, new_topic, tmp_path):
     topics = make_topics(new_topic, bootstrap)
     subs, profiles = workload(seed=2, subs=20, profiles=80)
-    produce_lines(bootstrap, topics.subscriptions, subs[:10] + BAD_SUBSCRIPTIONS + subs[10:])
+    produce_lines(
+        bootstrap,
+        topics.subscriptions,
+        [MATCHES_ALL_BIG, *subs[:10], *BAD_SUBSCRIPTIONS, *subs[10:]],
+    )
     produce_lines(bootstrap, topics.profiles, profiles[:40] + BAD_PROFILES + profiles[40:])
     produce_stamped(bootstrap, topics.profiles, *NO_TS_FAR_STAMP)
     config = JobConfig(
