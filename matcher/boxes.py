@@ -25,13 +25,16 @@ INF = np.inf
 
 
 class Dims:
-    """The columns of one space, growing as new attributes appear."""
+    """The columns of one forest of a space, growing as new attributes appear.
+
+    Two `Dims` may share `codes` (the string values' order), so that a box made
+    by one compares with a box made by the other on the attributes both have."""
 
     __slots__ = ("columns", "codes")
 
-    def __init__(self) -> None:
+    def __init__(self, codes: dict[str, int] | None = None) -> None:
         self.columns: dict[tuple[str, str], int] = {}
-        self.codes: dict[str, int] = {}
+        self.codes: dict[str, int] = {} if codes is None else codes
 
     def __len__(self) -> int:
         return len(self.columns)
@@ -49,8 +52,11 @@ class Dims:
             code = self.codes[text] = len(self.codes)
         return float(code)
 
-    def filter_box(self, conj: Conjunction) -> tuple[dict[int, tuple[float, float]], bool]:
-        """Bounds per constrained column, and whether the box is exact."""
+    def filter_box(
+        self, conj: Conjunction, grow: bool = True
+    ) -> tuple[dict[int, tuple[float, float]], bool] | None:
+        """Bounds per constrained column, and whether the box is exact; None if
+        the filter constrains a column these dims lack and may not `grow`."""
         bounds: dict[int, tuple[float, float]] = {}
         exact = False
         columns = self.columns
@@ -61,6 +67,8 @@ class Dims:
                 continue
             col = columns.get((attr, kind))
             if col is None:
+                if not grow:
+                    return None
                 col = self.column(attr, kind)
             if kind == NUM and c.allowed is None:  # the common range, inline
                 lo = -MAX if c.lo is None else max(c.lo, -MAX)
@@ -87,21 +95,27 @@ class Dims:
             return lo, hi, not c.excluded
         return -MAX, MAX, False  # string ranges and patterns: presence only
 
-    def profile_box(self, profile: Profile) -> dict[int, tuple[float, float]]:
+    def profile_box(self, profile: Profile, grow: bool = True) -> dict[int, tuple[float, float]]:
+        """Bounds per column of the profile's attributes; without `grow`, only of
+        those these dims have (no filter asks about the others)."""
         bounds: dict[int, tuple[float, float]] = {}
         columns = self.columns
         for attr, v in profile.attrs.items():
-            if isinstance(v, tuple):
-                key, box = (attr, NUM), v
-            elif isinstance(v, bool):
-                key, box = (attr, BOOL), (float(v), float(v))
+            kind = NUM if isinstance(v, tuple) else BOOL if isinstance(v, bool) else STR
+            col = columns.get((attr, kind))
+            if col is None:
+                if not grow:
+                    continue
+                col = self.column(attr, kind)
+            if kind == NUM:
+                bounds[col] = v
+            elif kind == BOOL:
+                bounds[col] = (float(v), float(v))
             else:
                 code = self.codes.get(v)
                 if code is None:
                     code = self.code(v)
-                key, box = (attr, STR), (float(code), float(code))
-            col = columns.get(key)
-            bounds[self.column(*key) if col is None else col] = box
+                bounds[col] = (float(code), float(code))
         return bounds
 
     def matrix(

@@ -23,6 +23,7 @@ from matcher.profiles import Profile
 
 ALWAYS = (-np.inf, np.inf)
 _EMPTY = np.zeros(0, dtype=ELEMENT)
+_NO_PAIRS = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))  # (never written to)
 
 
 class _Slots:
@@ -51,12 +52,21 @@ class _Slots:
 
 class DoubleForest:
     def __init__(self) -> None:
-        self.dims = Dims()
+        # Each forest has the columns of its own side's attributes (the string codes
+        # shared): a query need not test the other side's. Profiles that each bring
+        # an attribute of their own (a sensor's id as its name, say) grew one shared
+        # set of columns, and every profile query against the subscriptions tested
+        # all of them: 12 s for 1,000 such profiles, growing by 10 s a batch.
+        codes: dict[str, int] = {}
+        self.dims = Dims(codes)  # the attributes some filter constrains
+        self.profile_dims = Dims(codes)  # the attributes some profile has
         # Subscription entries carry their subscription slot in the store.
         self.sub_forest = Forest(
             self.dims, FILTER_FILL, Conjunction.covers_filter, entry_values=True, box_order=True
         )
-        self._profile_forest = Forest(self.dims, PROFILE_FILL, Profile.covers, point_order=True)
+        self._profile_forest = Forest(
+            self.profile_dims, PROFILE_FILL, Profile.covers, point_order=True
+        )
         # Profiles added since the profile forest was last asked for, by slot: only
         # a subscription's query reads that forest, so a stream of profiles (a
         # tracked object's every report) is not indexed until one asks, and what
@@ -80,6 +90,7 @@ class DoubleForest:
         if "profile_forest" in state:  # a snapshot from before `_unindexed`
             state["_profile_forest"] = state.pop("profile_forest")
         state.setdefault("_unindexed", {})
+        state.setdefault("profile_dims", state["dims"])  # (one set of columns, before)
         self.__dict__.update(state)
 
     # -- subscriptions ------------------------------------------------------
@@ -154,7 +165,7 @@ class DoubleForest:
         return self._profile_forest
 
     def _profile_box(self, profile: Profile) -> tuple[dict, bool]:
-        return self.dims.profile_box(profile), False  # (its box says it all: no exact test)
+        return self.profile_dims.profile_box(profile), False  # (its box says it all)
 
     def remove_profile(self, slot: int) -> None:
         if self._unindexed.pop(slot, None) is None:
@@ -172,8 +183,7 @@ class DoubleForest:
         Pairs come out sorted by query index.
         """
         if not profiles or not len(self.sub_forest):
-            empty = np.zeros(0, dtype=np.int64)
-            return empty, empty
+            return _NO_PAIRS
         forest = self.sub_forest
         forest.need_covers = self.covers_entries > 0
         qi, nodes, cov = self._descend_profiles(profiles)
@@ -239,7 +249,7 @@ class DoubleForest:
 
     def _descend_profiles(self, profiles: list[Profile]) -> tuple[np.ndarray, ...]:
         """Every (profile index, subscription node) pair that overlaps, and covers."""
-        boxes = [self.dims.profile_box(p) for p in profiles]
+        boxes = [self.dims.profile_box(p, grow=False) for p in profiles]
         q_lo, q_hi = self.dims.matrix(boxes, PROFILE_FILL)
         forest = self.sub_forest
 
@@ -257,11 +267,17 @@ class DoubleForest:
         conjs = [c for conjunctions, *_ in queries for c in conjunctions]
         forest = self.profile_forest
         if not conjs or not len(forest):
-            empty = np.zeros(0, dtype=np.int64)
-            return empty, empty
+            return _NO_PAIRS
         owner = np.repeat(np.arange(len(queries)), [len(q[0]) for q in queries])
-        boxes = [self.dims.filter_box(c) for c in conjs]
-        q_lo, q_hi = self.dims.matrix([b for b, _ in boxes], FILTER_FILL)
+        several = len(conjs) > len(queries)
+        boxes = [self.profile_dims.filter_box(c, grow=False) for c in conjs]
+        if None in boxes:  # constrains an attribute no held profile has: holds for none
+            known = [i for i, box in enumerate(boxes) if box is not None]
+            if not known:
+                return _NO_PAIRS
+            conjs, owner = [conjs[i] for i in known], owner[known]
+            boxes = [boxes[i] for i in known]
+        q_lo, q_hi = self.profile_dims.matrix([b for b, _ in boxes], FILTER_FILL)
         q_exact = np.array([e for _, e in boxes], dtype=bool)
 
         def exact(q: int, node: int) -> tuple[bool, bool]:
@@ -279,7 +295,7 @@ class DoubleForest:
             if covers.any():
                 keep &= (np.take(covers, qi) == 0) | cov
             qi, slots = qi[keep], slots[keep]
-        return _unique_pairs(qi, slots, len(conjs) > len(queries))
+        return _unique_pairs(qi, slots, several)
 
     def check_invariants(self) -> None:
         self.sub_forest.check_invariants()

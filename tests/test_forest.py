@@ -587,3 +587,29 @@ def test_a_snapshot_from_before_lazy_profiles_loads():
     loaded = pickle.loads(pickle.dumps(old))
     _, slots = loaded.match_subscriptions([([conj("x > 4")], False, 0, OPEN)])
     assert slots.tolist() == [slot]
+
+
+def test_each_forest_has_the_columns_of_its_own_side():
+    """Profiles that each bring an attribute of their own (a sensor's id as its name)
+    add no columns to the subscription forest, so profile queries never test them;
+    a filter on an attribute no held profile has holds for none of them."""
+    df, _ = _forest("x > 0", "kind = 'bus'")
+    held = [df.add_profile(i, Profile({"x": 1, f"sensor_{i}": 2}), 0, OPEN) for i in range(50)]
+    qi, subs = df.match_profiles([Profile({"x": 1, "sensor_7": 2, "kind": "bus"})], [(0, OPEN)])
+    assert sorted(subs.tolist()) == [0, 1]
+    assert len(df.dims) == 2  # x and kind: the filters'
+    queries = [
+        ([conj("sensor_9 = 2")], False, 0, OPEN),
+        ([conj("nowhere > 1")], False, 0, OPEN),  # no held profile has it
+        ([conj("nowhere > 1"), conj("sensor_3 >= 2")], False, 0, OPEN),
+        ([conj("kind = 'bus'")], False, 0, OPEN),  # nor this: only the query above had kind
+    ]
+    qi, slots = df.match_subscriptions(queries)
+    assert list(zip(qi.tolist(), slots.tolist(), strict=True)) == [(0, held[9]), (2, held[3])]
+    assert len(df.profile_dims) == 51 and len(df.dims) == 2
+    # A snapshot from before: one set of columns for both forests, read as it was.
+    state = dict(df.__dict__)
+    del state["profile_dims"]
+    old = DoubleForest.__new__(DoubleForest)
+    old.__setstate__(state)
+    assert old.profile_dims is old.dims
