@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import bisect
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -22,6 +23,17 @@ from matcher.profiles import Profile
 from matcher.records import Publish, Record, Subscribe
 
 EVERYWHERE = (-math.inf, math.inf)
+
+# State keys start with NUL only where a space's name could not serve as its key:
+# the job keeps such keys for itself (its dead letters'), and a space whose name
+# starts with NUL, or reads as a cell key of a sharded space (`v#1` when `v` is
+# sharded), is keyed `ESCAPED + name`. Spaces are independent (SEMANTICS §1)
+# whatever they are named: a space `v#1` must not share the state of `v`'s cell 1.
+RESERVED = "\x00"
+ESCAPED = "\x00space:"
+# A cell's key: the space, `#`, the cell and, where the job spread the cells over
+# partitions, `.salt` (`streaming.placement`).
+CELL_KEY = re.compile(r"(.*)#[0-9]+(?:\.[0-9]+)?", re.DOTALL)
 
 
 @dataclass(frozen=True)
@@ -86,6 +98,9 @@ class Sharding:
         names: Mapping[str, Sequence[str]] | None = None,
     ) -> None:
         self.config = dict(config or {})
+        for space in self.config:
+            if space.startswith(RESERVED):
+                raise ValueError(f"{space!r}: a sharded space's name must not start with NUL")
         names = names or {}
         self.names = {
             space: tuple(names.get(space) or cell_keys(space, spec.cells))
@@ -99,7 +114,17 @@ class Sharding:
             self._cells.update((key, (space, spec, cell)) for cell, key in enumerate(keys))
 
     def keys_for(self, record: Record) -> Sequence[str]:
-        return self.names.get(record.space) or (record.space,)
+        return self.names.get(record.space) or (self.key_of(record.space),)
+
+    def key_of(self, space: str) -> str:
+        """The state key of an unsharded space: its name unless that is reserved."""
+        if space.startswith(RESERVED) or ("#" in space and self._cell_like(space)):
+            return ESCAPED + space
+        return space
+
+    def _cell_like(self, name: str) -> bool:
+        found = CELL_KEY.fullmatch(name)
+        return found is not None and found.group(1) in self.config
 
     def cell_of(self, key: str) -> tuple[ShardSpec, int] | None:
         """The shard spec and cell number of a state key (None: unsharded)."""
@@ -108,7 +133,9 @@ class Sharding:
 
     def space_of(self, key: str) -> str:
         found = self._cells.get(key)
-        return key if found is None else found[0]
+        if found is not None:
+            return found[0]
+        return key[len(ESCAPED) :] if key.startswith(ESCAPED) else key
 
 
 def span_of(attribute: str, record: Subscribe | Publish) -> tuple[float, float]:

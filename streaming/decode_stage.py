@@ -21,11 +21,11 @@ from connectors.config import Topics
 from matcher.errors import RecordError
 from matcher.events import encode
 from matcher.records import Source, dead_letter, decode
-from matcher.sharding import Sharding, ShardSpec
+from matcher.sharding import RESERVED, Sharding, ShardSpec
 from streaming.placement import cell_names
 
-# No space is named with a NUL; this key groups the bad records of a batch.
-DEAD_LETTER_KEY = "\x00deadletter"
+# The key that groups the bad records of a batch: reserved, no space's key.
+DEAD_LETTER_KEY = RESERVED + "deadletter"
 # Order of kinds within one ts (SEMANTICS §5); dead letters have no order.
 KIND_ORDER = {"subscription": 0, "profile": 1}
 DEAD = 2

@@ -60,7 +60,7 @@ def spread_keys(space: str, cells: int, partitions: int, held: Collection[str] =
     names = []
     for cell, key in enumerate(plain):
         # (sorted: the plain key first, and the same choice on every start)
-        kept = sorted(k for k in held if k == key or k.startswith(f"{key}."))
+        kept = sorted(k for k in held if k == key or _salted(k, key))
         want = (first + cell) % partitions
         salt = 0
         while not kept and partition_of(key, partitions) != want:
@@ -68,6 +68,11 @@ def spread_keys(space: str, cells: int, partitions: int, held: Collection[str] =
             key = f"{plain[cell]}.{salt}"
         names.append(kept[0] if kept else key)
     return names
+
+
+def _salted(held: str, key: str) -> bool:
+    salt = held[len(key) + 1 :]
+    return held.startswith(f"{key}.") and salt.isascii() and salt.isdigit()
 
 
 def cell_names(

@@ -125,7 +125,8 @@ SHARDS = Sharding({"A": ShardSpec("x", (1.0, 3.0)), "B": ShardSpec.grid("y", 2.0
 
 
 @PROPS
-@given(workloads(), st.sampled_from((0, 5, 1000)))
+# (`A#1` is also the key of sharded `A`'s cell 1: a space of its own all the same)
+@given(workloads(spaces=("A", "B", "A#1")), st.sampled_from((0, 5, 1000)))
 def test_engine_equals_oracle(workload, lateness):
     _, batches = workload
     out = run_engine(Engine(lateness_ms=lateness), batches)
@@ -255,3 +256,24 @@ def test_sharded_engine_keeps_each_pairs_order():
     assert [m["event"] for m in plain] == ["match", "update"]
     sharded = split(run_engine(Engine(sharding=SHARDS), [batch]))[0]
     assert oracle.by_pair(sharded) == oracle.by_pair(plain)
+
+
+def test_spaces_named_like_keys_stay_apart():
+    def sub(space: str, where: str, ts: int) -> tuple[str, dict, int]:
+        rec = {"op": "subscribe", "id": "s", "space": space, "subscriber": "u", "where": where}
+        return "subscription", rec | {"ts": ts}, ts
+
+    def pub(space: str, ts: int) -> tuple[str, dict, int]:
+        rec = {"op": "publish", "id": "p", "space": space, "attrs": {"x": 2}, "valid_to": None}
+        return "profile", rec | {"ts": ts}, ts
+
+    # `A#1` and `\x00deadletter` read as the keys of `A`'s cell 1 and of the job's
+    # dead letters; the same ids there must not replace `A`'s (an unmatch here).
+    batch = [sub("A", "x >= 0", 1), pub("A", 2), sub("A#1", "x < 0", 3)]
+    batch += [pub("\x00deadletter", 4), sub("\x00deadletter", "x > 1", 5)]
+    plain = run_engine(Engine(), [batch])
+    assert sorted((m["space"], m["event"]) for m in split(plain)[0]) == [
+        ("\x00deadletter", "match"),
+        ("A", "match"),
+    ]
+    assert sorted(run_engine(Engine(sharding=SHARDS), [batch])) == sorted(plain)

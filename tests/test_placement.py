@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from matcher.records import Source, decode
 from matcher.sharding import Sharding, ShardSpec, cell_keys
+from streaming.decode_stage import DEAD_LETTER_KEY
 from streaming.placement import partition_of, spark_hash, spread_keys
 
 # (text, Spark SQL `hash(text)`): every tail length, multi-byte UTF-8, empty.
@@ -84,3 +85,34 @@ def test_named_cells_route_and_parse() -> None:
 def test_a_cell_held_under_two_keys_keeps_the_plain_one() -> None:
     held = {"uniform#1.2", "uniform#1"}
     assert spread_keys("uniform", 2, 2, held=held) == ["uniform#0", "uniform#1"]
+
+
+# Names a space may have that read as other keys: the cells of sharded `v`,
+# salted or not, the dead letters' key, the escape itself.
+TRICKY = ["v#0", "v#1", "v#1.2", "v#12", "v#1#2", "v#", "v#x", "w#1", "\x00deadletter"]
+TRICKY += ["\x00space:v#1", "\x00", "", "v", "#1"]
+
+
+@given(st.lists(st.sampled_from(TRICKY) | spaces, max_size=8), st.integers(1, 4))
+def test_every_space_has_a_key_of_its_own(names: list[str], partitions: int) -> None:
+    spec = ShardSpec("x", (10.0, 20.0))
+    sharding = Sharding({"v": spec}, {"v": spread_keys("v", 3, partitions)})
+    keys = {name: sharding.key_of(name) for name in set(names) - {"v"}}
+    cells = set(sharding.names["v"])
+    assert len(set(keys.values())) == len(keys)
+    assert not (set(keys.values()) & (cells | {DEAD_LETTER_KEY}))
+    assert all(sharding.space_of(key) == name for name, key in keys.items())
+    assert all(sharding.cell_of(key) is None for key in keys.values())
+    # A name that is no key of the job's is its own key, as in checkpoints before.
+    assert sharding.key_of("v#1") != "v#1" and sharding.key_of("w#1") == "w#1"
+
+
+def test_a_sharded_space_is_not_named_with_a_leading_nul() -> None:
+    with pytest.raises(ValueError, match="must not start with NUL"):
+        Sharding({"\x00v": ShardSpec("x", (1.0,))})
+
+
+def test_a_held_space_that_reads_as_a_salted_cell_is_not_a_cell() -> None:
+    # A space `uniform#1.1x` (its own key) sorts before the cell `uniform#1.2`.
+    held = {"uniform#1.2", "uniform#1.1x"}
+    assert spread_keys("uniform", 2, 2, held=held) == ["uniform#0", "uniform#1.2"]
