@@ -8,6 +8,7 @@ every client the same way.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields
 
@@ -49,14 +50,40 @@ _KAFKA_PYTHON_NAMES = {
 }
 
 
+# Kafka's own rule for a topic name (org.apache.kafka.common.internals.Topic).
+TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]{1,249}")
+
+
 @dataclass(frozen=True)
 class Topics:
-    """Topic names; `--config` may change them (CLI.md)."""
+    """Topic names; `--config` may change them (CLI.md).
+
+    The four differ: a job whose output went to one of its inputs would read
+    its own records back, and a dead letter read as a bad record makes another
+    dead letter, without end."""
 
     subscriptions: str = "tsm.subscriptions"
     profiles: str = "tsm.profiles"
     matches: str = "tsm.matches"
     deadletter: str = "tsm.deadletter"
+
+    def __post_init__(self) -> None:
+        for role in fields(self):
+            name = getattr(self, role.name)
+            if not isinstance(name, str) or not TOPIC_NAME.fullmatch(name) or name in {".", ".."}:
+                raise ValueError(
+                    f"{role.name}: {name!r} is not a Kafka topic name "
+                    "(1 to 249 of a-z, A-Z, 0-9, '.', '_' and '-')"
+                )
+        seen: dict[str, str] = {}
+        for role in fields(self):
+            name = getattr(self, role.name)
+            if name in seen:
+                raise ValueError(
+                    f"{seen[name]} and {role.name} are both {name!r}; the four topics "
+                    "must differ (a job reading its own output back never ends)"
+                )
+            seen[name] = role.name
 
     @classmethod
     def from_mapping(cls, names: Mapping[str, str] | None) -> Topics:

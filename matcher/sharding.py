@@ -36,15 +36,43 @@ ESCAPED = "\x00space:"
 CELL_KEY = re.compile(r"(.*)#[0-9]+(?:\.[0-9]+)?", re.DOTALL)
 
 
+# Every record of a sharded space goes to every cell, so cells multiply its rows.
+MAX_CELLS = 1024
+
+
+def _number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
 @dataclass(frozen=True)
 class ShardSpec:
-    """Cells split at `cuts` (ascending): cell i holds [cuts[i-1], cuts[i])."""
+    """Cells split at `cuts` (ascending): cell i holds [cuts[i-1], cuts[i]).
+
+    Checked here, since cuts out of order or not numbers would not fail but
+    report some pairs twice and others never."""
 
     attribute: str
     cuts: tuple[float, ...]
 
+    def __post_init__(self) -> None:
+        if not isinstance(self.attribute, str) or not self.attribute:
+            raise ValueError(f"attribute must be an attribute's name, got {self.attribute!r}")
+        bad = [c for c in self.cuts if not _number(c)]
+        if bad:
+            raise ValueError(f"cuts must be finite numbers, got {bad[0]!r}")
+        if any(a >= b for a, b in zip(self.cuts, self.cuts[1:], strict=False)):
+            raise ValueError(f"cuts must ascend, each above the one before: {list(self.cuts)}")
+        if len(self.cuts) >= MAX_CELLS:
+            raise ValueError(f"at most {MAX_CELLS} cells (every record goes to every cell)")
+
     @classmethod
     def grid(cls, attribute: str, width: float, cells: int, origin: float = 0.0) -> ShardSpec:
+        if not (_number(width) and width > 0 and _number(origin)):
+            raise ValueError(
+                f"width must be a positive number and origin a number: {width!r}, {origin!r}"
+            )
+        if not isinstance(cells, int) or isinstance(cells, bool) or not 1 <= cells <= MAX_CELLS:
+            raise ValueError(f"cells must be a whole number from 1 to {MAX_CELLS}, got {cells!r}")
         return cls(attribute, tuple(origin + width * i for i in range(1, cells)))
 
     @property

@@ -84,6 +84,8 @@ def _require_broker(config: Any) -> None:
 
 def run(config: Any, master: str, available_now: bool) -> int:
     """Start the query, log each batch, stop between batches on a signal."""
+    from pyspark.errors import IllegalArgumentException
+
     from streaming import job
     from streaming.listener import Counters, ProgressLogger, live_counts
 
@@ -107,7 +109,7 @@ def run(config: Any, master: str, available_now: bool) -> int:
         query = job.start(spark, config, metrics, available_now=available_now, writer=writer)
         wait_between_batches(query, stop)
         error = query.exception()
-    except ValueError as exc:
+    except (ValueError, IllegalArgumentException) as exc:  # (a setting Spark refused)
         raise CliError(str(exc)) from None
     finally:
         stop.restore()

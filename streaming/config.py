@@ -1,8 +1,9 @@
 """Settings of the streaming job: `tsm.toml`, then command-line flags on top.
 
 One flat table of job settings plus `[topics]` (topic names, CLI.md
-defaults), `[sharding.<space>]` (SEMANTICS §8 grid of a hot space) and
-`[kafka]` (client options passed to every Kafka client as `kafka.<key>`):
+defaults; four different ones), `[sharding.<space>]` (SEMANTICS §8 grid of
+a hot space, ascending cuts, at most 1,024 cells) and `[kafka]` (client
+options passed to every Kafka client as `kafka.<key>`):
 
     bootstrap = "localhost:9092"        # no default: --bootstrap or here
     checkpoint = "checkpoints/tsm"      # the query's checkpoint directory
@@ -21,6 +22,9 @@ defaults), `[sharding.<space>]` (SEMANTICS §8 grid of a hot space) and
     [sharding.vehicles]
     attribute = "lat"
     cuts = [-30.0, 0.0, 30.0]           # or width, cells (and origin): an even grid
+
+    [kafka]
+    security.protocol = "SASL_SSL"      # librdkafka's names; true/false, numbers as such
 
 A sharded space's cells run on different shuffle partitions, so up to
 `shuffle_partitions` of them at once: give it at least the number of cells
@@ -47,8 +51,11 @@ from pathlib import Path
 from typing import Any
 
 from connectors.config import Topics
+from matcher.times import MAX_MS, MIN_MS
 
 SOURCES = ("python", "native")
+# Every time lies in the years 1 to 9999: a longer lateness keeps everything.
+MAX_LATENESS_MS = MAX_MS - MIN_MS
 
 
 class ConfigError(ValueError):
@@ -87,12 +94,19 @@ class JobConfig:
         for name in ("max_records_per_trigger", "shuffle_partitions", "snapshot_every"):
             if getattr(config, name) <= 0:
                 raise ConfigError(f"{where}: {name} must be positive")
-        if config.lateness_ms < 0:
-            raise ConfigError(f"{where}: lateness_ms must not be negative")
+        # (an empty checkpoint would be the working directory itself)
+        for name in ("bootstrap", "checkpoint", "query_name", "trigger_interval"):
+            if getattr(config, name) == "":
+                raise ConfigError(f"{where}: {name} must not be empty")
+        if not 0 <= config.lateness_ms <= MAX_LATENESS_MS:
+            raise ConfigError(
+                f"{where}: lateness_ms must be from 0 to {MAX_LATENESS_MS} (the years 1 to 9999)"
+            )
         return config
 
 
 _TABLES = ("topics", "sharding", "kafka")
+_KINDS = {str: "a string", int: "a whole number", bool: "true or false"}
 
 
 def load_config(path: str | Path | None) -> JobConfig:
@@ -118,8 +132,10 @@ def load_config(path: str | Path | None) -> JobConfig:
         else:
             expected = str if name == "bootstrap" else type(getattr(JobConfig(), name))
             if type(value) is not expected:
-                raise ConfigError(f"{path}: {name} must be a {expected.__name__}, got {value!r}")
+                raise ConfigError(f"{path}: {name} must be {_KINDS[expected]}, got {value!r}")
         values[name] = value
+    if "kafka" in values:
+        values["kafka"] = _client_options(values["kafka"], path)
     try:
         values["topics"] = Topics.from_mapping(values.get("topics"))
     except (ValueError, TypeError) as exc:
@@ -134,3 +150,21 @@ def load_config(path: str | Path | None) -> JobConfig:
     except ValueError as exc:
         raise ConfigError(f"{path}: {exc}") from None
     return JobConfig.validated(JobConfig(**values), str(path))
+
+
+def _client_options(table: dict[str, Any], path: Path, prefix: str = "") -> dict[str, str]:
+    """The `[kafka]` table as librdkafka settings: TOML reads `sasl.mechanism = ...`
+    as a table `sasl` holding `mechanism`, so tables are flattened to dotted keys;
+    values are text, booleans as librdkafka and Java write them."""
+    options = {}
+    for key, value in table.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            options.update(_client_options(value, path, f"{name}."))
+        elif isinstance(value, bool):
+            options[name] = "true" if value else "false"
+        elif isinstance(value, str | int | float):
+            options[name] = str(value)
+        else:
+            raise ConfigError(f"{path}: [kafka] {name} must be a string, number or boolean")
+    return options

@@ -75,6 +75,8 @@ def build_sharding(
                 f"[sharding.{space}] needs attribute and cuts, or attribute, width and cells "
                 f"(and origin): {exc}"
             ) from None
+        except ValueError as exc:
+            raise ValueError(f"[sharding.{space}]: {exc}") from None
     return Sharding(specs, cell_names(specs, partitions, held))
 
 
