@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping
 from connectors.config import SINK_COMMITS_TOPIC, Topics, confluent_config
 
 KEEP_FOREVER = {"retention.ms": "-1"}
+DEFAULT_PARTITIONS = 4  # of each data topic
 
 
 class BrokerUnreachable(ConnectionError):
@@ -90,9 +91,18 @@ def delete_topics(
                 raise
 
 
+def existing_topics(
+    bootstrap: str, options: Mapping[str, str] | None = None, timeout: float = 15.0
+) -> set[str]:
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient(confluent_config(bootstrap, options))
+    return set(admin.list_topics(timeout=timeout).topics)
+
+
 def create_tsm_topics(
     bootstrap: str,
-    partitions: int = 4,
+    partitions: int = DEFAULT_PARTITIONS,
     topics: Topics | None = None,
     options: Mapping[str, str] | None = None,
 ) -> dict[str, bool]:

@@ -11,6 +11,7 @@ import contextlib
 import sys
 from pathlib import Path
 
+from connectors.admin import DEFAULT_PARTITIONS
 from streaming.cli import CliError
 
 
@@ -123,7 +124,10 @@ def _register_topics(subparsers: argparse._SubParsersAction) -> None:
     )
     create.add_argument("--bootstrap", required=True, metavar="HOST:PORT")
     create.add_argument(
-        "--partitions", type=int, default=4, help="partitions per data topic (default 4)"
+        "--partitions",
+        type=int,
+        default=DEFAULT_PARTITIONS,
+        help=f"partitions per data topic (default {DEFAULT_PARTITIONS})",
     )
     _kafka_flag(create)
     create.set_defaults(handler=_topics_create)

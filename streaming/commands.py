@@ -70,6 +70,7 @@ def _run(args: argparse.Namespace) -> int:
     if config.bootstrap is None:
         raise CliError("no bootstrap address: give --bootstrap or set bootstrap in tsm.toml")
     _require_broker(config)
+    _create_missing_topics(config)
     return run(config, args.master, bool(args.available_now))
 
 
@@ -80,6 +81,33 @@ def _require_broker(config: Any) -> None:
         require_broker(config.bootstrap, config.kafka_options)
     except BrokerUnreachable as exc:
         raise CliError(str(exc)) from None
+
+
+def _create_missing_topics(config: Any) -> None:
+    """Create the job's topics that do not exist, as `tsm topics create` does.
+
+    Otherwise a missing input reads as empty without a word, and a missing
+    output is created by the broker on first write, if it does, with one
+    partition and its default retention (on noida-db, records with a
+    CreateTime older than 7 days vanish: PLATFORM.md). Where the client may
+    not create topics, the job starts all the same, and says so."""
+    from confluent_kafka import KafkaException
+
+    from connectors.admin import DEFAULT_PARTITIONS, create_topics, existing_topics
+
+    options = config.kafka_options
+    try:
+        missing = set(config.topics.all()) - existing_topics(config.bootstrap, options)
+        wanted = dict.fromkeys(sorted(missing), DEFAULT_PARTITIONS)
+        created = create_topics(config.bootstrap, wanted, options=options) if missing else {}
+    except KafkaException as exc:
+        print(f"tsm run: warning: cannot check or create the topics: {exc}", file=sys.stderr)
+        return
+    for name in (name for name, new in created.items() if new):
+        print(
+            f"tsm run: created topic {name} ({DEFAULT_PARTITIONS} partitions, kept forever)",
+            file=sys.stderr,
+        )
 
 
 def run(config: Any, master: str, available_now: bool) -> int:

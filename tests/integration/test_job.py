@@ -26,6 +26,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from confluent_kafka.admin import AdminClient
 
 from connectors.config import SINK_COMMITS_TOPIC, Topics, confluent_config
 from connectors.consume import consume_values
@@ -274,8 +275,11 @@ def tsm_run(bootstrap: str, config: Path, checkpoint: Path, *flags: str) -> subp
 
 
 def test_end_to_end_equals_replay(bootstrap, new_topic, tmp_path):
-    """`tsm run --available-now` = the engine on the same records (one data batch)."""
-    topics = make_topics(new_topic, bootstrap, partitions=2)
+    """`tsm run --available-now` = the engine on the same records (one data batch);
+    the output topics do not exist yet, and the job creates them as `tsm topics
+    create` does."""
+    made = make_topics(new_topic, bootstrap, partitions=2)
+    topics = replace(made, matches=f"{made.matches}-new", deadletter=f"{made.deadletter}-new")
     subs, profiles = workload(seed=1, subs=60, profiles=400)
     produce_lines(bootstrap, topics.subscriptions, subs)
     produce_lines(bootstrap, topics.profiles, profiles)
@@ -286,6 +290,12 @@ def test_end_to_end_equals_replay(bootstrap, new_topic, tmp_path):
     assert want["matches"] and sum(want["matches"].values()) > 100
     got = output(bootstrap, topics)
     assert got == want
+    said = b"".join(log.read_bytes() for log in tmp_path.glob("run-*.log")).decode()
+    for name in (topics.matches, topics.deadletter):
+        assert f"created topic {name} (4 partitions, kept forever)" in said
+    assert f"created topic {topics.profiles}" not in said
+    admin = AdminClient(confluent_config(bootstrap))
+    assert len(admin.list_topics(topics.matches, timeout=10).topics[topics.matches].partitions) == 4
 
 
 def test_bad_and_late_records_go_to_dead_letters(spark, bootstrap, new_topic, tmp_path):
