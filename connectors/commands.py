@@ -58,7 +58,7 @@ def _register_broker(subparsers: argparse._SubParsersAction) -> None:
     )
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     start = actions.add_parser("start", help="start it in the background; print its address")
-    start.add_argument("--port", type=int, default=9092, help="Kafka port (default 9092)")
+    start.add_argument("--port", type=_port, default=9092, help="Kafka port (default 9092)")
     start.add_argument("--timeout", type=float, default=15.0, help="readiness wait (s)")
     start.set_defaults(handler=_broker_start)
     stop = actions.add_parser("stop", help="stop it (SIGTERM: it saves its data)")
@@ -74,6 +74,12 @@ def _register_broker(subparsers: argparse._SubParsersAction) -> None:
             default=DEFAULT_DATA_DIR,
             help=f"its data and pid file (default {DEFAULT_DATA_DIR})",
         )
+
+
+def _port(text: str) -> int:
+    if not text.isdigit() or not 1 <= int(text) <= 65535:
+        raise argparse.ArgumentTypeError(f"a port is a number from 1 to 65535, not {text!r}")
+    return int(text)
 
 
 def _broker_start(args: argparse.Namespace) -> int:

@@ -12,6 +12,7 @@ import json
 import sys
 import time
 from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 from connectors.config import confluent_config, producer_config
 
@@ -33,11 +34,10 @@ def record_key(line: bytes) -> bytes | None:
 
 
 def read_lines(stream: Iterable[bytes]) -> Iterable[bytes]:
-    """Lines without their terminator (`\\n` or `\\r\\n`); blank lines are skipped."""
+    """Lines without their terminator (`\\n` or `\\r\\n`), blank ones too, so that
+    `produce_lines` counts file lines."""
     for line in stream:
-        line = line.rstrip(b"\n").removesuffix(b"\r")
-        if line.strip():
-            yield line
+        yield line.rstrip(b"\n").removesuffix(b"\r")
 
 
 def produce_lines(
@@ -50,8 +50,11 @@ def produce_lines(
 ) -> int:
     """Send each line as a record value with an idempotent producer; wait for every ack.
 
-    Returns the number of records acknowledged. Raises `ProduceError` if any
-    was not (after librdkafka's own retries), reporting the first error.
+    Blank lines are skipped. Returns the number of records acknowledged.
+    Raises `ProduceError` if any was not (after librdkafka's own retries),
+    reporting the first error, or if a line was too large for one Kafka
+    message: such a line cannot reach the topic (nor the dead letters), and
+    the error names it by its position in `lines`, after the rest are sent.
     `progress(sent)` is called about once a second.
     """
     from confluent_kafka import Producer
@@ -70,14 +73,14 @@ def produce_lines(
             failures.append(str(err))
 
     sent = 0
+    too_large: list[str] = []
     next_report = time.monotonic() + 1.0
-    for line in lines:
-        while True:
-            try:
-                producer.produce(topic, value=line, key=record_key(line), on_delivery=on_delivery)
-                break
-            except BufferError:  # local queue full: let deliveries drain it
-                producer.poll(0.1)
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        if not _send(producer, topic, line, on_delivery):
+            too_large.append(f"line {number} ({len(line):,} bytes)")
+            continue
         sent += 1
         if sent % 1000 == 0:  # serve delivery callbacks; per record it costs 3x the time
             producer.poll(0)
@@ -85,10 +88,34 @@ def produce_lines(
             progress(sent)
             next_report += 1.0
     remaining = producer.flush(timeout)
+    problems = []
     if remaining or failures:
         first = failures[0] if failures else f"{remaining} still queued after {timeout:g}s"
-        raise ProduceError(f"{sent - acked} of {sent} records not acknowledged: {first}")
+        problems.append(f"{sent - acked} of {sent} records not acknowledged: {first}")
+    if too_large:
+        shown = ", ".join(too_large[:5]) + (", ..." if len(too_large) > 5 else "")
+        problems.append(
+            f"{len(too_large)} line(s) too large for one Kafka message, not sent: {shown}"
+        )
+    if problems:
+        raise ProduceError(f"{acked} records produced to {topic}; " + "; ".join(problems))
     return acked
+
+
+def _send(producer: Any, topic: str, line: bytes, on_delivery: Callable) -> bool:
+    """Queue one record; False if the client refuses it as over `message.max.bytes`."""
+    from confluent_kafka import KafkaError, KafkaException
+
+    while True:
+        try:
+            producer.produce(topic, value=line, key=record_key(line), on_delivery=on_delivery)
+            return True
+        except BufferError:  # local queue full: let deliveries drain it
+            producer.poll(0.1)
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError.MSG_SIZE_TOO_LARGE:
+                raise
+            return False
 
 
 def terminal_progress(label: str) -> Callable[[int], None] | None:

@@ -18,6 +18,7 @@ import pytest
 
 from connectors.broker import EmbeddedBroker, free_port
 from connectors.config import confluent_config, kafka_python_config
+from connectors.consume import consume_values
 
 pytestmark = pytest.mark.integration
 
@@ -99,6 +100,9 @@ def test_broker_start_status_stop(tmp_path: Path, bootstrap: str) -> None:
         clash = tsm("broker", "start", "--port", taken, "--data-dir", str(tmp_path / "other"))
         assert clash.returncode != 0
         assert f"port {taken} is already in use" in clash.stderr.decode()
+        beyond = tsm("broker", "start", "--port", "99999", "--data-dir", str(tmp_path / "other"))
+        assert beyond.returncode == 2
+        assert "a port is a number from 1 to 65535, not '99999'" in beyond.stderr.decode()
     finally:
         stopped = tsm("broker", "stop", "--data-dir", data_dir)
     assert stopped.returncode == 0, stopped.stderr
@@ -172,6 +176,30 @@ def test_produce_consume_round_trip(cli_bootstrap: str, tmp_path: Path) -> None:
         assert r.key == expected_key
         partition_of_space.setdefault(r.key, set()).add(r.partition)
     assert all(len(ps) == 1 for key, ps in partition_of_space.items() if key is not None)
+
+
+def test_produce_names_lines_too_large_for_kafka_and_sends_the_rest(
+    cli_bootstrap: str, tmp_path: Path
+) -> None:
+    from connectors.admin import create_topics
+
+    create_topics(cli_bootstrap, {"big-lines": 1})
+    big = json.dumps({"op": "publish", "id": "big", "space": "s", "payload": "x" * 1_200_000})
+    lines = [b'{"op": "publish", "id": "a", "space": "s"}', b"", big.encode(), b"[1]"]
+    path = tmp_path / "profiles.jsonl"
+    path.write_bytes(b"\n".join(lines) + b"\n")
+
+    result = tsm(
+        "produce", "profiles", str(path), "--bootstrap", cli_bootstrap, "--topic", "big-lines"
+    )
+    said = result.stderr.decode()
+    assert result.returncode == 2, said
+    assert "2 records produced to big-lines" in said
+    assert (
+        f"1 line(s) too large for one Kafka message, not sent: line 3 ({len(big):,} bytes)" in said
+    )
+    got = list(consume_values(cli_bootstrap, "big-lines", from_beginning=True, timeout=5))
+    assert sorted(got) == sorted([lines[0], lines[3]])
 
     # `tsm consume`: one JSON line per record; non-JSON values as JSON strings.
     shown = tsm(
