@@ -49,30 +49,53 @@ from matcher.records import Publish, Retract, Source, Subscribe, Unsubscribe
 ZSTD_LEVEL = 1  # level 3 saves 2% more at 1.7x the time
 _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"  # a zstd frame; a pickle starts with b"\x80"
 
-# Matchers kept per worker process; the least recently used goes first.
-MAX_ENTRIES = 512
+# Matchers kept per worker process, the least recently used going first while
+# they hold more than MAX_HELD records between them or number more than
+# MAX_ENTRIES; the one just used stays. Counted in records, not matchers: a job
+# of many small spaces keeps them all (5,000 spaces of up to 5 records, 5,000
+# profiles a batch, 2 workers: under the former cap of 512 matchers, 35k of the
+# 10 batches' key visits rebuilt from the snapshot and a batch took 4.7-4.8 s
+# on average; kept, 4-5k and 4.2-4.3 s), and a few large ones are bounded by
+# what they hold: a held record takes 2-3 KB with its forest entries (uniform
+# and nested workloads, tracemalloc), so about 2-3 GB a worker at most.
+MAX_ENTRIES = 100_000
+MAX_HELD = 1_000_000
 
-# key → (version token, change-log length and replay cost at that version, matcher)
-_entries: OrderedDict[str, tuple[int, int, float, Any]] = OrderedDict()
+
+class _Cache(OrderedDict):
+    """key → (version token, change-log length and replay cost at that version,
+    matcher, its held records when cached); `held` sums the last."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.held = 0
+
+
+_entries = _Cache()
 
 
 def take(key: str) -> tuple[int, int, float, Any] | None:
     """Remove and return the entry of `key`, `(token, log length, log cost, matcher)`,
     or None. The caller uses the matcher only if it can prove which state version it is."""
-    return _entries.pop(key, None)
+    entry = _entries.pop(key, None)
+    if entry is None:
+        return None
+    _entries.held -= entry[4]
+    return entry[:4]
 
 
 def put(key: str, token: int, log: tuple[int, float], matcher: Any) -> None:
     """Cache `matcher` as the state of `key` at version `token`, whose change log has
     `log` = (length, replay cost)."""
-    _entries[key] = (token, *log, matcher)
-    _entries.move_to_end(key)
-    while len(_entries) > MAX_ENTRIES:
-        _entries.popitem(last=False)
+    take(key)
+    _entries[key] = (token, *log, matcher, len(matcher))
+    _entries.held += len(matcher)
+    while len(_entries) > 1 and (len(_entries) > MAX_ENTRIES or _entries.held > MAX_HELD):
+        _entries.held -= _entries.popitem(last=False)[1][4]
 
 
 def drop(key: str) -> None:
-    _entries.pop(key, None)
+    take(key)
 
 
 # -- snapshots -----------------------------------------------------------------

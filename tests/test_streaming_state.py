@@ -17,6 +17,7 @@ from connectors.kafka_sink import _records as sink_records
 from matcher.engine import Held, SpaceMatcher
 from matcher.events import MatchWriter, encode, event_dict
 from matcher.records import Source, decode
+from streaming import state_cache
 from streaming.state_cache import dump_snapshot, load_snapshot
 
 
@@ -275,8 +276,6 @@ def test_processor_state_rebuilds_to_the_same_matches():
     import copy
     import random
 
-    from streaming import state_cache
-
     subs, profiles = generate("nested", 5, 400, 600)
     space = subs[0]["space"]
     processor, handle, metrics = _processor(150)
@@ -308,7 +307,6 @@ def test_a_worker_catches_up_across_a_snapshot_the_other_wrote(monkeypatch):
     otherwise catches up, across the snapshot the other one wrote meanwhile; all
     emit what one matcher does."""
     from streaming import processor as processor_module
-    from streaming import state_cache
 
     # Dear replays: the log is compacted once it holds a quarter of the held records.
     monkeypatch.setattr(processor_module, "REPLAY_COST", {"profile": 4.0, "subscription": 4.0})
@@ -343,7 +341,6 @@ def test_the_log_is_compacted_once_replaying_it_costs_more_than_a_snapshot():
     more than writing one (`REPLAY_COST`, in held records): a log of profiles grows
     to about as many changes as there are held records, a log of subscriptions to a
     fraction of that; a rebuild at any point in between emits what one matcher does."""
-    from streaming import state_cache
     from streaming.processor import REPLAY_COST
 
     subs, profiles = generate("nested", 7, 1200, 2000)
@@ -408,3 +405,28 @@ def test_evictions_are_matched_in_one_forest_query_and_written_as_one_at_a_time(
     # eviction, not one per evicted profile (one at a time: 907 queries)
     assert len(queries) < 20, queries
     assert max(queries) >= 150
+
+
+def test_the_worker_cache_is_bounded_by_records_held_not_by_matchers(monkeypatch):
+    monkeypatch.setattr(state_cache, "_entries", state_cache._Cache())
+    monkeypatch.setattr(state_cache, "MAX_HELD", 100)
+    for i in range(100):  # as many small spaces as their records allow all stay
+        state_cache.put(f"room-{i}", i, (0, 0.0), [i])
+    assert len(state_cache._entries) == 100 and state_cache._entries.held == 100
+    state_cache.put("room-100", 100, (0, 0.0), [100])
+    assert len(state_cache._entries) == 100 and "room-0" not in state_cache._entries
+    monkeypatch.setattr(state_cache, "_entries", state_cache._Cache())
+    state_cache.put("a", 1, (0, 0.0), [0] * 40)
+    state_cache.put("b", 2, (3, 1.5), [0] * 50)
+    state_cache.put("a", 3, (0, 0.0), [0] * 45)  # a again: replaced, now the newest
+    assert state_cache._entries.held == 95
+    state_cache.put("c", 4, (0, 0.0), [0] * 30)  # b, the least recently used, goes
+    assert list(state_cache._entries) == ["a", "c"] and state_cache._entries.held == 75
+    assert state_cache.take("b") is None
+    token, log_len, log_cost, matcher = state_cache.take("a")
+    assert (token, log_len, log_cost, len(matcher)) == (3, 0, 0.0, 45)
+    assert state_cache._entries.held == 30
+    state_cache.put("huge", 5, (0, 0.0), [0] * 500)  # over the bound alone: kept, alone
+    assert list(state_cache._entries) == ["huge"] and state_cache._entries.held == 500
+    state_cache.drop("huge")
+    assert not state_cache._entries and state_cache._entries.held == 0
