@@ -22,8 +22,9 @@ class BrokerUnreachable(ConnectionError):
 
 def require_broker(
     bootstrap: str, options: Mapping[str, str] | None = None, timeout: float = 5.0
-) -> None:
-    """Fail fast, with one clear message, if no broker answers a metadata request.
+) -> set[str]:
+    """Fail fast, with one clear message, if no broker answers a metadata request;
+    else return the topics it has (the answer).
 
     Without it a client retries quietly (a producer for 5 minutes) while
     librdkafka logs every refused connection.
@@ -33,7 +34,7 @@ def require_broker(
 
     admin = AdminClient(confluent_config(bootstrap, options, required={"log_level": 0}))
     try:
-        admin.list_topics(timeout=timeout)
+        return set(admin.list_topics(timeout=timeout).topics)
     except KafkaException as exc:
         raise BrokerUnreachable(
             f"no Kafka broker answers at {bootstrap} ({exc.args[0].str()}); "
@@ -89,15 +90,6 @@ def delete_topics(
         except KafkaException as exc:
             if exc.args[0].code() != KafkaError.UNKNOWN_TOPIC_OR_PART:
                 raise
-
-
-def existing_topics(
-    bootstrap: str, options: Mapping[str, str] | None = None, timeout: float = 15.0
-) -> set[str]:
-    from confluent_kafka.admin import AdminClient
-
-    admin = AdminClient(confluent_config(bootstrap, options))
-    return set(admin.list_topics(timeout=timeout).topics)
 
 
 def create_tsm_topics(

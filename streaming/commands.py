@@ -69,21 +69,21 @@ def _run(args: argparse.Namespace) -> int:
         raise CliError(str(exc)) from None
     if config.bootstrap is None:
         raise CliError("no bootstrap address: give --bootstrap or set bootstrap in tsm.toml")
-    _require_broker(config)
-    _create_missing_topics(config)
+    _create_missing_topics(config, _require_broker(config))
     return run(config, args.master, bool(args.available_now))
 
 
-def _require_broker(config: Any) -> None:
+def _require_broker(config: Any) -> set[str]:
+    """The broker's topics; a CLI error if no broker answers."""
     from connectors.admin import BrokerUnreachable, require_broker
 
     try:
-        require_broker(config.bootstrap, config.kafka_options)
+        return require_broker(config.bootstrap, config.kafka_options)
     except BrokerUnreachable as exc:
         raise CliError(str(exc)) from None
 
 
-def _create_missing_topics(config: Any) -> None:
+def _create_missing_topics(config: Any, existing: set[str]) -> None:
     """Create the job's topics that do not exist, as `tsm topics create` does.
 
     Otherwise a missing input reads as empty without a word, and a missing
@@ -93,15 +93,16 @@ def _create_missing_topics(config: Any) -> None:
     not create topics, the job starts all the same, and says so."""
     from confluent_kafka import KafkaException
 
-    from connectors.admin import DEFAULT_PARTITIONS, create_topics, existing_topics
+    from connectors.admin import DEFAULT_PARTITIONS, create_topics
 
-    options = config.kafka_options
+    missing = sorted(set(config.topics.all()) - existing)
+    if not missing:
+        return
+    wanted = dict.fromkeys(missing, DEFAULT_PARTITIONS)
     try:
-        missing = set(config.topics.all()) - existing_topics(config.bootstrap, options)
-        wanted = dict.fromkeys(sorted(missing), DEFAULT_PARTITIONS)
-        created = create_topics(config.bootstrap, wanted, options=options) if missing else {}
+        created = create_topics(config.bootstrap, wanted, options=config.kafka_options)
     except KafkaException as exc:
-        print(f"tsm run: warning: cannot check or create the topics: {exc}", file=sys.stderr)
+        print(f"tsm run: warning: cannot create the topics {missing}: {exc}", file=sys.stderr)
         return
     for name in (name for name, new in created.items() if new):
         print(
