@@ -68,6 +68,7 @@ class Topics:
     deadletter: str = "tsm.deadletter"
 
     def __post_init__(self) -> None:
+        seen: dict[str, str] = {}
         for role in fields(self):
             name = getattr(self, role.name)
             if not isinstance(name, str) or not TOPIC_NAME.fullmatch(name) or name in {".", ".."}:
@@ -75,9 +76,6 @@ class Topics:
                     f"{role.name}: {name!r} is not a Kafka topic name "
                     "(1 to 249 of a-z, A-Z, 0-9, '.', '_' and '-')"
                 )
-        seen: dict[str, str] = {}
-        for role in fields(self):
-            name = getattr(self, role.name)
             if name in seen:
                 raise ValueError(
                     f"{seen[name]} and {role.name} are both {name!r}; the four topics "

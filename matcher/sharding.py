@@ -33,7 +33,8 @@ RESERVED = "\x00"
 ESCAPED = "\x00space:"
 # A cell's key: the space, `#`, the cell and, where the job spread the cells over
 # partitions, `.salt` (`streaming.placement`).
-CELL_KEY = re.compile(r"(.*)#[0-9]+(?:\.[0-9]+)?", re.DOTALL)
+SALT = r"\.[0-9]+"
+CELL_KEY = re.compile(rf"(.*)#[0-9]+(?:{SALT})?", re.DOTALL)
 
 
 # Every record of a sharded space goes to every cell, so cells multiply its rows.

@@ -14,9 +14,10 @@ holds state there keeps that key whatever the partition count (`held`).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Collection, Mapping
 
-from matcher.sharding import ShardSpec, cell_keys
+from matcher.sharding import SALT, ShardSpec, cell_keys
 
 _MASK = 0xFFFFFFFF
 SEED = 42  # Spark's Murmur3Hash seed for partitioning
@@ -60,7 +61,8 @@ def spread_keys(space: str, cells: int, partitions: int, held: Collection[str] =
     names = []
     for cell, key in enumerate(plain):
         # (sorted: the plain key first, and the same choice on every start)
-        kept = sorted(k for k in held if k == key or _salted(k, key))
+        own = re.compile(rf"{re.escape(key)}(?:{SALT})?", re.DOTALL)
+        kept = sorted(k for k in held if own.fullmatch(k))
         want = (first + cell) % partitions
         salt = 0
         while not kept and partition_of(key, partitions) != want:
@@ -68,11 +70,6 @@ def spread_keys(space: str, cells: int, partitions: int, held: Collection[str] =
             key = f"{plain[cell]}.{salt}"
         names.append(kept[0] if kept else key)
     return names
-
-
-def _salted(held: str, key: str) -> bool:
-    salt = held[len(key) + 1 :]
-    return held.startswith(f"{key}.") and salt.isascii() and salt.isdigit()
 
 
 def cell_names(
