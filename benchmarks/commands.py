@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from benchmarks.workloads import KINDS
+from streaming.cli import seconds
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -52,7 +53,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     bench.add_argument(
         "--budget",
-        type=_seconds,
+        type=seconds,
         metavar="SECONDS",
         help="matcher: time a contender may take per size and phase (default 150; "
         "past it, its rates are over what it did, or it is skipped)",
@@ -102,16 +103,6 @@ def _sizes(text: str) -> tuple[int, ...]:
     if any(n < 10 for n in sizes):
         raise argparse.ArgumentTypeError("every size must be at least 10")
     return tuple(sorted(set(sizes)))
-
-
-def _seconds(text: str) -> float:
-    try:
-        seconds = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
-    if not seconds > 0 or seconds == float("inf"):
-        raise argparse.ArgumentTypeError("the budget must be a positive number of seconds")
-    return seconds
 
 
 def _workloads(text: str) -> tuple[str, ...]:

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from connectors.admin import DEFAULT_PARTITIONS
-from streaming.cli import CliError
+from streaming.cli import CliError, seconds, whole
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -33,7 +33,7 @@ def _kafka_flag(parser: argparse.ArgumentParser) -> None:
 
 def _options(args: argparse.Namespace) -> dict[str, str]:
     """The `--kafka` options, after checking that the broker answers with them."""
-    from connectors.admin import BrokerUnreachable, require_broker
+    from connectors.admin import BadClientSetting, BrokerUnreachable, require_broker
     from connectors.config import parse_cli_options
 
     try:
@@ -42,7 +42,7 @@ def _options(args: argparse.Namespace) -> dict[str, str]:
         raise CliError(f"--kafka: {exc}") from None
     try:
         require_broker(args.bootstrap, options)
-    except BrokerUnreachable as exc:
+    except (BrokerUnreachable, BadClientSetting) as exc:
         raise CliError(str(exc)) from None
     return options
 
@@ -58,8 +58,10 @@ def _register_broker(subparsers: argparse._SubParsersAction) -> None:
     )
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     start = actions.add_parser("start", help="start it in the background; print its address")
-    start.add_argument("--port", type=_port, default=9092, help="Kafka port (default 9092)")
-    start.add_argument("--timeout", type=float, default=15.0, help="readiness wait (s)")
+    start.add_argument(
+        "--port", type=whole(1, 65535), default=9092, help="Kafka port (default 9092)"
+    )
+    start.add_argument("--timeout", type=seconds, default=15.0, help="readiness wait (s)")
     start.set_defaults(handler=_broker_start)
     stop = actions.add_parser("stop", help="stop it (SIGTERM: it saves its data)")
     stop.set_defaults(handler=_broker_stop)
@@ -74,12 +76,6 @@ def _register_broker(subparsers: argparse._SubParsersAction) -> None:
             default=DEFAULT_DATA_DIR,
             help=f"its data and pid file (default {DEFAULT_DATA_DIR})",
         )
-
-
-def _port(text: str) -> int:
-    if not text.isdigit() or not 1 <= int(text) <= 65535:
-        raise argparse.ArgumentTypeError(f"a port is a number from 1 to 65535, not {text!r}")
-    return int(text)
 
 
 def _broker_start(args: argparse.Namespace) -> int:
@@ -218,7 +214,7 @@ def _register_consume(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--max", type=int, metavar="N", help="stop after N records")
     parser.add_argument(
         "--timeout",
-        type=float,
+        type=seconds,
         default=10.0,
         metavar="SECONDS",
         help="stop after this long without a new record (default 10)",

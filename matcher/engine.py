@@ -38,6 +38,7 @@ from matcher.records import (
     version_of,
 )
 from matcher.sharding import Sharding, ShardSpec, span_of
+from matcher.times import MAX_LATENESS_MS
 
 # An event keyed by the id of the pair's other side (the profile of a
 # subscription's events, and the reverse): its rank among one record's events.
@@ -530,6 +531,12 @@ class Engine:
     sharding: Sharding = field(default_factory=Sharding)
     matchers: dict[str, SpaceMatcher] = field(default_factory=dict)
     max_ts: float = -math.inf
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.lateness_ms <= MAX_LATENESS_MS:
+            raise ValueError(
+                f"lateness must be from 0 to {MAX_LATENESS_MS} ms, not {self.lateness_ms}"
+            )
 
     @property
     def watermark(self) -> float:

@@ -10,6 +10,8 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 # of the job's event-time column and stopped it.)
 MIN_MS = -62_135_596_800_000  # 0001-01-01T00:00:00Z
 MAX_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z
+# An allowed lateness longer than the years 1 to 9999 would keep everything anyway.
+MAX_LATENESS_MS = MAX_MS - MIN_MS
 
 
 def epoch_ms(text: str) -> int:

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import math
 import sys
+from collections.abc import Callable
 
 # Modules that define `register(subparsers)`; missing ones are skipped so the
 # CLI keeps working while a part is being built.
@@ -57,6 +59,30 @@ def main(argv: list[str] | None = None) -> int:
 
 class CliError(Exception):
     """An error to report on stderr with a non-zero exit status, without a traceback."""
+
+
+def whole(low: int, high: int | None = None) -> Callable[[str], int]:
+    """An argparse type: a whole number from `low` (to `high`)."""
+
+    def parse(text: str) -> int:
+        value = int(text) if text.strip().lstrip("+-").isdigit() else None
+        if value is None or value < low or (high is not None and value > high):
+            within = f"from {low} to {high}" if high is not None else f"of at least {low}"
+            raise argparse.ArgumentTypeError(f"expected a whole number {within}, got {text!r}")
+        return value
+
+    return parse
+
+
+def seconds(text: str) -> float:
+    """An argparse type: a positive, finite number of seconds."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 < value < math.inf:
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
+    return value
 
 
 if __name__ == "__main__":

@@ -51,11 +51,9 @@ from pathlib import Path
 from typing import Any
 
 from connectors.config import Topics
-from matcher.times import MAX_MS, MIN_MS
+from matcher.times import MAX_LATENESS_MS
 
 SOURCES = ("python", "native")
-# Every time lies in the years 1 to 9999: a longer lateness keeps everything.
-MAX_LATENESS_MS = MAX_MS - MIN_MS
 
 
 class ConfigError(ValueError):
@@ -118,6 +116,8 @@ def load_config(path: str | Path | None) -> JobConfig:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:
         raise ConfigError(f"cannot read {path}: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 (byte {exc.start + 1}), as TOML must be") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: {exc}") from None
     known = {f.name for f in fields(JobConfig)}

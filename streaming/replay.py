@@ -15,6 +15,9 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
+from matcher.times import MAX_LATENESS_MS
+from streaming.cli import whole
+
 if TYPE_CHECKING:  # the engine pulls in numpy: keep `tsm --help` fast
     from matcher.engine import Engine, Input
 
@@ -90,21 +93,48 @@ def replay(
 def _run(args: argparse.Namespace) -> int:
     from streaming.cli import CliError
 
-    for path in (args.subscriptions, args.profiles):
-        if not Path(path).is_file():
-            raise CliError(f"no such file: {path}")
+    inputs, outputs = (args.subscriptions, args.profiles), (args.out, args.dead_letter)
+    for path in inputs:
+        try:
+            open(path, "rb").close()  # (a pipe stays unread: the process keeps its own fd)
+        except OSError as exc:
+            raise CliError(f"cannot read {path}: {exc.strerror}") from None
+    _refuse_clobbering([Path(p) for p in inputs], [Path(p) for p in outputs if p])
     with ExitStack() as stack:
-        out = stack.enter_context(open(args.out, "wb")) if args.out else sys.stdout.buffer
-        if args.dead_letter:
-            dead = stack.enter_context(open(args.dead_letter, "wb"))
-        else:
-            dead = sys.stderr.buffer
+        try:
+            out = stack.enter_context(open(args.out, "wb")) if args.out else sys.stdout.buffer
+            if args.dead_letter:
+                dead = stack.enter_context(open(args.dead_letter, "wb"))
+            else:
+                dead = sys.stderr.buffer
+        except OSError as exc:
+            raise CliError(f"cannot write {exc.filename}: {exc.strerror}") from None
         matches, rejected = replay(
             args.subscriptions, args.profiles, out, dead, args.lateness, args.batch_lines
         )
         out.flush()
     print(f"tsm replay: {matches} match records, {rejected} dead letters", file=sys.stderr)
     return 0
+
+
+def _refuse_clobbering(inputs: list[Path], outputs: list[Path]) -> None:
+    """An output opened for writing is emptied before the inputs are read: one that is
+    an input would be lost, and two outputs in one file would interleave."""
+    from streaming.cli import CliError
+
+    for i, out in enumerate(outputs):
+        for other in inputs + outputs[:i]:
+            if _same_file(out, other):
+                raise CliError(
+                    f"{out} is also {'an input' if other in inputs else 'the other output'}"
+                )
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return a.samefile(b)
+    except OSError:  # (an output that does not exist yet is no other file)
+        return False
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -120,10 +150,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--dead-letter", metavar="FILE", help="rejected records with reasons (default: stderr)"
     )
-    p.add_argument("--lateness", type=int, default=0, metavar="MS", help="allowed lateness")
+    p.add_argument(
+        "--lateness",
+        type=whole(0, MAX_LATENESS_MS),
+        default=0,
+        metavar="MS",
+        help="allowed lateness (default 0)",
+    )
     p.add_argument(
         "--batch-lines",
-        type=int,
+        type=whole(1),
         default=None,
         metavar="N",
         help="cut the input into micro-batches of N lines of each file (default: one batch)",

@@ -59,8 +59,47 @@ def test_out_and_dead_letter_files(tmp_path):
 def test_missing_file_is_an_error(tmp_path):
     done = replay(*example_args(subs=tmp_path / "nope.jsonl"))
     assert done.returncode != 0
-    assert b"no such file" in done.stderr and b"nope.jsonl" in done.stderr
+    assert b"cannot read" in done.stderr and b"nope.jsonl" in done.stderr
     assert b"Traceback" not in done.stderr
+
+
+def test_outputs_never_clobber_an_input_or_each_other(tmp_path):
+    subs, profs = tmp_path / "s.jsonl", tmp_path / "p.jsonl"
+    subs.write_bytes((EXAMPLES / "subscriptions.jsonl").read_bytes())
+    profs.write_bytes((EXAMPLES / "profiles.jsonl").read_bytes())
+    kept = profs.read_bytes()
+    args = example_args(subs, profs)
+    for flags in (["--out", profs], ["--dead-letter", tmp_path / "." / "s.jsonl"]):
+        done = replay(*args, *flags)
+        assert done.returncode == 2 and b"is also an input" in done.stderr
+    both = replay(*args, "--out", tmp_path / "x", "--dead-letter", tmp_path / "x")
+    assert both.returncode == 0, both.stderr  # (x did not exist: no file to compare yet)
+    again = replay(*args, "--out", tmp_path / "x", "--dead-letter", tmp_path / "x")
+    assert again.returncode == 2 and b"is also the other output" in again.stderr
+    assert profs.read_bytes() == kept
+
+
+def test_bad_flags_and_unusable_files_are_one_line_errors(tmp_path):
+    for flags, message in (
+        (["--batch-lines", "0"], b"--batch-lines: expected a whole number of at least 1"),
+        (["--batch-lines", "-1"], b"--batch-lines: expected a whole number of at least 1"),
+        (["--lateness", "-5"], b"--lateness: expected a whole number from 0 to"),
+        (["--out", tmp_path], b"cannot write"),
+        (["--dead-letter", tmp_path / "no" / "dir"], b"cannot write"),
+    ):
+        done = replay(*example_args(), *flags)
+        assert done.returncode == 2 and message in done.stderr, (flags, done.stderr)
+        assert b"Traceback" not in done.stderr
+    as_dir = replay(*example_args(subs=tmp_path))
+    assert as_dir.returncode == 2 and b"cannot read" in as_dir.stderr
+
+
+def test_an_input_may_be_a_pipe():
+    subs = (EXAMPLES / "subscriptions.jsonl").read_bytes()
+    cmd = [str(TSM), "replay", *map(str, example_args(subs="/dev/stdin"))]
+    piped = subprocess.run(cmd, cwd=ROOT, input=subs, capture_output=True, timeout=120)
+    assert piped.returncode == 0, piped.stderr.decode()
+    assert piped.stdout == replay(*example_args()).stdout
 
 
 def _generated(tmp_path: Path, seed: int) -> tuple[Path, Path, list]:
