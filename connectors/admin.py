@@ -20,11 +20,15 @@ class BrokerUnreachable(ConnectionError):
     """No broker answered at the bootstrap address."""
 
 
+class BadClientSetting(ValueError):
+    """The Kafka client refused a setting (`--kafka`, `[kafka]` in tsm.toml)."""
+
+
 def require_broker(
     bootstrap: str, options: Mapping[str, str] | None = None, timeout: float = 5.0
 ) -> set[str]:
-    """Fail fast, with one clear message, if no broker answers a metadata request;
-    else return the topics it has (the answer).
+    """Fail fast, with one clear message, if the client settings are refused or no
+    broker answers a metadata request; else return the topics it has (the answer).
 
     Without it a client retries quietly (a producer for 5 minutes) while
     librdkafka logs every refused connection.
@@ -32,7 +36,10 @@ def require_broker(
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient
 
-    admin = AdminClient(confluent_config(bootstrap, options, required={"log_level": 0}))
+    try:
+        admin = AdminClient(confluent_config(bootstrap, options, required={"log_level": 0}))
+    except KafkaException as exc:
+        raise BadClientSetting(f"Kafka client settings: {exc.args[0].str()}") from None
     try:
         return set(admin.list_topics(timeout=timeout).topics)
     except KafkaException as exc:

@@ -117,14 +117,18 @@ def _log_tail(log_path: Path, limit: int = 10) -> str:
     return tail
 
 
-def _is_noida(pid: int) -> bool:
-    """Whether `pid` is a live noida-db process (not a zombie, not a reused pid)."""
+def _is_noida(pid: int, data_dir: Path | None = None) -> bool:
+    """Whether `pid` is a live noida-db process (not a zombie, not a reused pid),
+    and, given `data_dir`, the one serving it (a pid file can outlive its broker,
+    and the pid be taken by another one's)."""
     try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
     except (OSError, IndexError):
         return False
-    return b"noida-db" in cmdline and state != "Z"
+    if data_dir is not None and os.fsencode(Path(data_dir).resolve()) not in args:
+        return False
+    return any(arg.endswith(b"noida-db") for arg in args[:1]) and state != "Z"
 
 
 def spawn(port: int, data_dir: Path, *, detach: bool) -> subprocess.Popen:
@@ -176,9 +180,7 @@ def start_broker(
     try:
         wait_ready(f"localhost:{port}", timeout, process)
     except BrokerError as exc:
-        if process.poll() is None:
-            process.terminate()
-            process.wait(timeout)
+        _end(process)
         raise BrokerError(f"{exc}\n{_log_tail(data_dir / LOG_FILE)}".rstrip()) from None
     status = BrokerStatus(True, process.pid, port)
     (data_dir / PID_FILE).write_text(json.dumps({"pid": status.pid, "port": port}) + "\n")
@@ -192,7 +194,7 @@ def broker_status(data_dir: Path = DEFAULT_DATA_DIR) -> BrokerStatus:
         pid, port = int(record["pid"]), int(record["port"])
     except (OSError, ValueError, KeyError, TypeError):
         return BrokerStatus(False)
-    if not _is_noida(pid):
+    if not _is_noida(pid, data_dir):
         return BrokerStatus(False, port=port)
     return BrokerStatus(True, pid, port)
 
@@ -203,12 +205,16 @@ def stop_broker(data_dir: Path = DEFAULT_DATA_DIR, timeout: float = 15.0) -> boo
     Returns False if none was running. Escalates to SIGKILL after `timeout`,
     which loses about the last second of writes (PLATFORM.md).
     """
-    data_dir = Path(data_dir)
+    pid_file = Path(data_dir) / PID_FILE
     status = broker_status(data_dir)
-    if status.running:
-        assert status.pid is not None
-        _terminate(status.pid, timeout)
-    (data_dir / PID_FILE).unlink(missing_ok=True)
+    try:
+        if status.running:
+            assert status.pid is not None
+            _terminate(status.pid, timeout)
+        if pid_file.is_file():
+            pid_file.unlink()
+    except PermissionError as exc:
+        raise BrokerError(f"not allowed to stop the broker of {data_dir}: {exc.strerror}") from None
     return status.running
 
 
@@ -220,6 +226,17 @@ def _terminate(pid: int, timeout: float) -> None:
             os.kill(pid, signal.SIGKILL)
             raise BrokerError(f"broker (pid {pid}) ignored SIGTERM for {timeout:g}s; killed it")
         time.sleep(0.05)
+
+
+def _end(process: subprocess.Popen, timeout: float = 15.0) -> None:
+    """SIGTERM a child broker and reap it; SIGKILL if it ignores that for `timeout`."""
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
 
 
 class EmbeddedBroker:
@@ -257,13 +274,8 @@ class EmbeddedBroker:
 
     def stop(self, timeout: float = 15.0) -> None:
         """SIGTERM and reap the process; remove the temporary data dir if we made it."""
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        if self.process is not None:
+            _end(self.process, timeout)
         self.process = None
         if self._tmp is not None:
             self._tmp.cleanup()

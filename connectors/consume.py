@@ -13,8 +13,12 @@ import json
 import time
 import uuid
 from collections.abc import Iterator, Mapping
+from typing import Any
 
 from connectors.config import confluent_config
+
+# How long, beyond the timeout, to wait for the consumer group's assignment.
+JOIN_WAIT = 10.0
 
 
 def consume_values(
@@ -31,8 +35,9 @@ def consume_values(
     """Yield record values of `topic` in arrival order, per partition in offset order.
 
     Stops after `max_records` values, or when nothing new arrived for
-    `timeout` seconds. `from_beginning` applies where the group has no
-    committed offset (always, for the default fresh group). With
+    `timeout` seconds since the partitions were assigned. `from_beginning`
+    applies where the group has no committed offset (always, for the default
+    fresh group). With
     `read_committed`, records of open or aborted transactions are not shown.
     """
     from confluent_kafka import Consumer, KafkaError, KafkaException
@@ -50,10 +55,18 @@ def consume_values(
             },
         )
     )
-    try:
-        consumer.subscribe([topic])
-        count = 0
+    count = 0
+    # The quiet period starts once the group has given this consumer its partitions
+    # (about half a second on noida-db), not before: a short timeout would end the
+    # read before it began.
+    quiet_until = time.monotonic() + timeout + JOIN_WAIT
+
+    def assigned(_consumer: Any, _partitions: list) -> None:
+        nonlocal quiet_until
         quiet_until = time.monotonic() + timeout
+
+    try:
+        consumer.subscribe([topic], on_assign=assigned)
         while max_records is None or count < max_records:
             wait = quiet_until - time.monotonic()
             if wait <= 0:
@@ -75,18 +88,19 @@ def consume_values(
 def as_json_line(value: bytes) -> tuple[bytes, bool]:
     """`value` as one line of JSON, and whether it was JSON already.
 
-    JSON is printed as it is (re-encoded only if it spans lines); anything
-    else becomes a JSON string: its text, or its base64 if it is not UTF-8.
+    UTF-8 JSON is printed as it is (re-encoded only if it spans lines);
+    anything else becomes a JSON string: its text, or its base64 if it is not
+    UTF-8 (JSON in UTF-16 too, which would reach stdout as UTF-16).
     """
     try:
-        parsed = json.loads(value)
+        text = value.decode()
+    except UnicodeDecodeError:
+        return json.dumps(base64.b64encode(value).decode()).encode(), False
+    try:
+        parsed = json.loads(text)
     except (ValueError, RecursionError):  # (nested deeper than json recurses: shown as text)
-        try:
-            text = value.decode()
-        except UnicodeDecodeError:
-            text = base64.b64encode(value).decode()
         return json.dumps(text).encode(), False
-    if b"\n" in value:
+    if "\n" in text or "\r" in text:
         text = json.dumps(parsed, separators=(",", ":"), ensure_ascii=False)
         # (a lone surrogate escape has no UTF-8: keep the escapes then)
         return text.encode("utf-8", "backslashreplace"), True

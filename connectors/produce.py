@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from connectors.config import confluent_config, producer_config
+from matcher.records import as_name
 
 
 class ProduceError(RuntimeError):
@@ -25,8 +26,8 @@ def record_key(line: bytes) -> bytes | None:
     """The UTF-8 `space` of a JSON object line, or None if there is none."""
     try:
         record = json.loads(line.decode())  # str: skips json's encoding detection
-        space = record.get("space") if isinstance(record, dict) else None
-        return space.encode() if isinstance(space, str) else None
+        space = as_name(record.get("space")) if isinstance(record, dict) else None
+        return None if space is None else space.encode()
     # bad JSON and bad UTF-8 (UnicodeDecodeError) alike, nesting deeper than json
     # recurses, a space with a lone surrogate escape (UnicodeEncodeError)
     except (ValueError, RecursionError):

@@ -171,17 +171,24 @@ def _time(obj: dict, name: str, default: int | None) -> int | None:
 _OUT_OF_RANGE = f"is outside the years 1 to 9999 (epoch milliseconds {MIN_MS} to {MAX_MS})"
 
 
+def as_name(value: Any) -> str | None:
+    """An `id`, `space` or `subscriber` value as the engine names it (an integer
+    by its digits), or None if it is no name; producers key records by it."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    return value if isinstance(value, str) and value else None
+
+
 def _text(obj: dict, name: str, required: bool = True) -> str | None:
     value = obj.get(name)
     if value is None:
         if required:
             raise RecordError(f"missing '{name}'")
         return None
-    if isinstance(value, int) and not isinstance(value, bool):
-        return str(value)
-    if not isinstance(value, str) or not value:
+    text = as_name(value)
+    if text is None:
         raise RecordError(f"'{name}' must be a non-empty string, got {value!r}")
-    return value
+    return text
 
 
 def _parse_json(raw: bytes | str) -> dict:

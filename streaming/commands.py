@@ -75,11 +75,11 @@ def _run(args: argparse.Namespace) -> int:
 
 def _require_broker(config: Any) -> set[str]:
     """The broker's topics; a CLI error if no broker answers."""
-    from connectors.admin import BrokerUnreachable, require_broker
+    from connectors.admin import BadClientSetting, BrokerUnreachable, require_broker
 
     try:
         return require_broker(config.bootstrap, config.kafka_options)
-    except BrokerUnreachable as exc:
+    except (BrokerUnreachable, BadClientSetting) as exc:
         raise CliError(str(exc)) from None
 
 

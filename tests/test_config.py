@@ -123,6 +123,13 @@ def test_a_missing_file(tmp_path: Path) -> None:
         load_config(tmp_path / "nope.toml")
 
 
+def test_a_file_that_is_not_utf8(tmp_path: Path) -> None:
+    path = tmp_path / "tsm.toml"
+    path.write_bytes(b'query_name = "caf\xe9"\n')  # Latin-1
+    with pytest.raises(ConfigError, match=r"tsm.toml: not UTF-8 \(byte 18\)"):
+        load_config(path)
+
+
 def test_shard_specs_refuse_what_would_match_wrongly() -> None:
     assert ShardSpec("x", ()).cells == 1
     assert ShardSpec.grid("x", 0.5, 3, origin=-1).cuts == (-0.5, 0.0)

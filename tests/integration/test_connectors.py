@@ -102,7 +102,22 @@ def test_broker_start_status_stop(tmp_path: Path, bootstrap: str) -> None:
         assert f"port {taken} is already in use" in clash.stderr.decode()
         beyond = tsm("broker", "start", "--port", "99999", "--data-dir", str(tmp_path / "other"))
         assert beyond.returncode == 2
-        assert "a port is a number from 1 to 65535, not '99999'" in beyond.stderr.decode()
+        assert "expected a whole number from 1 to 65535, got '99999'" in beyond.stderr.decode()
+        never = tsm("broker", "start", "--timeout", "0", "--data-dir", str(tmp_path / "other"))
+        assert never.returncode == 2 and "positive number of seconds" in never.stderr.decode()
+        # A pid file left behind by a broker of another data dir: not this one's.
+        stale = tmp_path / "stale"
+        stale.mkdir()
+        record = json.loads((tmp_path / "broker" / "tsm-broker.json").read_text())
+        (stale / "tsm-broker.json").write_text(json.dumps(record))
+        status = tsm("broker", "status", "--data-dir", str(stale))
+        assert status.returncode == 1 and "not running" in status.stdout.decode()
+        assert tsm("broker", "stop", "--data-dir", str(stale)).returncode == 0
+        assert tsm("broker", "status", "--data-dir", data_dir).returncode == 0  # still up
+        a_file = tmp_path / "a-file"
+        a_file.write_text("")
+        not_a_dir = tsm("broker", "stop", "--data-dir", str(a_file))
+        assert not_a_dir.returncode == 0 and b"not running" in not_a_dir.stderr
     finally:
         stopped = tsm("broker", "stop", "--data-dir", data_dir)
     assert stopped.returncode == 0, stopped.stderr
@@ -132,6 +147,14 @@ def test_unreachable_broker_is_a_clear_error() -> None:
     result = tsm("consume", "matches", "--bootstrap", f"localhost:{free_port()}", "--timeout", "1")
     assert result.returncode == 2
     assert "no Kafka broker answers" in result.stderr.decode()
+
+
+def test_refused_client_setting_is_a_clear_error(cli_bootstrap: str) -> None:
+    result = tsm("consume", "matches", "--bootstrap", cli_bootstrap, "--kafka", "foo=bar")
+    assert result.returncode == 2
+    assert result.stderr.decode().splitlines() == [
+        'tsm consume: error: Kafka client settings: No such configuration property: "foo"'
+    ]
 
 
 def test_produce_consume_round_trip(cli_bootstrap: str, tmp_path: Path) -> None:
@@ -240,6 +263,13 @@ def test_consume_read_committed_and_timeout(cli_bootstrap: str) -> None:
     ]
     everything = tsm(*args, "--timeout", "1")
     assert len(everything.stdout.decode().splitlines()) == 6
+    # The quiet period starts once the group assigned the partitions (about half a
+    # second here), so that a short one still reads what is there.
+    short = tsm(*args, "--timeout", "0.3")
+    assert len(short.stdout.decode().splitlines()) == 6
+    for bad in ("0", "-1", "nan", "inf"):
+        refused = tsm(*args, "--timeout", bad)
+        assert refused.returncode == 2 and "positive number of seconds" in refused.stderr.decode()
 
 
 # --- Spark source ------------------------------------------------------------------------
