@@ -242,8 +242,8 @@ def progress_listener(query_name: str) -> Any:
 def _demo(args: argparse.Namespace) -> int:
     from connectors.broker import BrokerError
 
-    if args.speed < 0:
-        raise CliError("--speed must not be negative")
+    if not 0 <= args.speed < float("inf"):  # (nan too)
+        raise CliError("--speed must be a finite number, 0 or more")
     ticks = load_ticks(args.scenario)
     try:
         bootstrap = _fresh_broker(args.data_dir / "broker")

@@ -55,3 +55,18 @@ def test_demo_runs_to_the_end_and_summarizes(tmp_path):
     assert got == expected_events()
     assert "dead letters: 3" in summary
     assert not (tmp_path / "demo" / "broker" / "tsm-broker.json").exists()  # broker stopped
+
+
+@pytest.mark.parametrize("speed", ["-1", "nan", "inf"])
+def test_a_speed_that_cannot_pace_is_refused_before_anything_starts(tmp_path, speed):
+    done = subprocess.run(
+        [sys.executable, "-m", "streaming.cli", "demo", "--speed", speed, "--data-dir", tmp_path],
+        cwd=REPO,
+        capture_output=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert done.stderr.decode().splitlines() == [
+        "tsm demo: error: --speed must be a finite number, 0 or more"
+    ]
+    assert not any(tmp_path.iterdir())  # no broker was started
