@@ -160,6 +160,13 @@ class Sharding:
         found = self._cells.get(key)
         return None if found is None else found[1:]
 
+    def is_first(self, key: str) -> bool:
+        """Whether `key` is its space's first (or only) key. Each cell of a sharded
+        space receives and holds every record of it, so what is said once a record
+        (a late record's dead letter, the count of held records) is said by the first."""
+        found = self._cells.get(key)
+        return found is None or found[2] == 0
+
     def space_of(self, key: str) -> str:
         found = self._cells.get(key)
         if found is not None:

@@ -246,11 +246,14 @@ class MatchProcessor(StatefulProcessor):
         counts = {"keys": 1, "rows": len(rows)}
         matcher, meta = self._matcher(skey, counts)
         late, batch = [], []
+        # (every cell of a sharded space gets each record: the first one rejects it)
+        rejects = self.sharding.is_first(skey)
         for ts, kord, part, off, topic, ktime, value in rows:
             source = Source(topic=topic, partition=part, offset=off)
             if ts < watermark:
-                reason = late_reason(ts, watermark, self.lateness_ms)
-                late.append((None, encode(dead_letter(reason, value, source))))
+                if rejects:
+                    reason = late_reason(ts, watermark, self.lateness_ms)
+                    late.append((None, encode(dead_letter(reason, value, source))))
                 continue
             ktime = None if ktime != ktime else int(ktime)  # (NaN: no Kafka timestamp)
             batch.append(decode(_KINDS[kord], value, source, fallback_ts=ktime))
@@ -288,8 +291,9 @@ class MatchProcessor(StatefulProcessor):
         # exists() first: get() of an absent value logs a warning on the JVM side.
         value = self.meta.get() if self.meta.exists() else None
         if value is None:
-            return {"token": None, "log_len": 0, "timer": None}
-        return {"token": value[0], "log_len": value[1], "timer": value[2]}
+            return {"token": None, "log_len": 0, "timer": None, "held": (0, 0)}
+        held = (value[3] or 0, value[4] or 0)  # (what the gauges summed for this key)
+        return {"token": value[0], "log_len": value[1], "timer": value[2], "held": held}
 
     def _matcher(self, skey: str, counts: dict, meta: dict | None = None) -> tuple[Any, dict]:
         """The key's matcher: from the worker cache if it holds this state version, else rebuilt."""
@@ -308,9 +312,9 @@ class MatchProcessor(StatefulProcessor):
         if matcher is None:
             gc.unfreeze()  # a full collection may then reclaim what the dropped one held
             matcher = self._rebuild(skey, meta)
-        # The live-count gauges travel as differences (added back in `_save`).
-        counts["subscriptions"] = -len(matcher.subs)
-        counts["profiles"] = -len(matcher.profiles)
+        # The live-count gauges are the sum of the keys' `meta` counts (`live_counts`
+        # at start), so they travel as the changes of those (the new ones: `_save`).
+        counts["subscriptions"], counts["profiles"] = (-n for n in meta["held"])
         return matcher, meta
 
     def _rebuild(self, skey: str, meta: dict) -> Any:
@@ -393,17 +397,20 @@ class MatchProcessor(StatefulProcessor):
                 self._append(meta, changes, self._generation())
                 meta["log_len"], meta["log_cost"] = logged, meta["log_cost"] + cost
         self._move_timer(matcher, meta)
+        # Every cell of a sharded space holds all of its records: the first one counts them.
+        held = (
+            (len(matcher.subs), len(matcher.profiles)) if self.sharding.is_first(skey) else (0, 0)
+        )
         if not len(matcher):
             self.meta.clear()
             self.snapshot.clear()
             self.log.clear()
             state_cache.drop(skey)
         else:
-            counts_held = (len(matcher.subs), len(matcher.profiles))
-            self.meta.update((meta["token"], meta["log_len"], meta["timer"], *counts_held))
+            self.meta.update((meta["token"], meta["log_len"], meta["timer"], *held))
             state_cache.put(skey, meta["token"], (meta["log_len"], meta["log_cost"]), matcher)
-        counts["subscriptions"] += len(matcher.subs)
-        counts["profiles"] += len(matcher.profiles)
+        counts["subscriptions"] += held[0]
+        counts["profiles"] += held[1]
         counts["matches"] = matches
         self.metrics.add(counts)
 

@@ -365,11 +365,26 @@ def test_sharded_run_equals_unsharded(spark, bootstrap, new_topic, tmp_path):
     sharded = JobConfig(
         bootstrap=bootstrap, topics=topics, checkpoint=str(tmp_path / "c2"), sharding=sharding
     )
-    run_in_process(spark, plain)
+    plain_counters = run_in_process(spark, plain)
     counters = run_in_process(spark, sharded)
+    first = inputs_of(bootstrap, topics)
+    # Records late in the sharded space reach every cell: each is one dead letter.
+    late = {"op": "publish", "id": "late", "space": "a", "ts": T0, "attrs": {"x": 30}}
+    late_sub = {"op": "subscribe", "id": "late", "space": "a", "subscriber": "u", "ts": T0}
+    produce_lines(bootstrap, topics.profiles, [json.dumps(late).encode()])
+    produce_lines(
+        bootstrap, topics.subscriptions, [json.dumps(late_sub | {"where": "x > 1"}).encode()]
+    )
+    second = [i for i in inputs_of(bootstrap, topics) if i not in first]
+    plain_late, sharded_late = run_in_process(spark, plain), run_in_process(spark, sharded)
     got, got_plain = output(bootstrap, topics), output(bootstrap, plain_topics)
     assert got == got_plain
-    assert got == expected([inputs_of(bootstrap, topics)])
+    assert got == expected([first, second])
+    assert sum(json.loads(v)["reason"].startswith("late:") for v in got["deadletter"]) == 2
+    assert sharded_late["late"] == plain_late["late"] == 2
+    # The live gauges count each held record once, however many cells hold it.
+    for name in ("subscriptions", "profiles"):
+        assert counters[name] == plain_counters[name] > 0
     assert counters["keys"] > 2  # the cells of `a` ran as keys of their own
     # ... on both partitions, each where `streaming.placement` said it would be.
     placed = cell_partitions(spark, sharded.checkpoint)
