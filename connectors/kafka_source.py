@@ -32,6 +32,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 import pyarrow as pa
+from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (
@@ -181,11 +182,15 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self._latest
 
     def partitions(self, start: off.Offsets, end: off.Offsets) -> list[OffsetRange]:
-        begin = off.flatten(start)
+        begin, stops = off.flatten(start), off.flatten(end)
+        new = [tp for tp in stops if tp not in begin]
+        if new:  # partitions that appeared: read from their low watermark (`off.next_end`)
+            marks = self._watermarks()
+            begin.update((tp, marks[tp][0] if tp in marks else stops[tp]) for tp in new)
         return [
             OffsetRange(topic, partition, begin[(topic, partition)], stop)
-            for (topic, partition), stop in off.flatten(end).items()
-            if (topic, partition) in begin and stop > begin[(topic, partition)]
+            for (topic, partition), stop in stops.items()
+            if stop > begin[(topic, partition)]
         ]
 
     def commit(self, end: off.Offsets) -> None:
@@ -296,10 +301,19 @@ def read_stream(
             reader = reader.option("maxOffsetsPerTrigger", str(max_records_per_trigger))
     else:
         raise ValueError(f"source must be 'python' or 'native', got {source!r}")
-    return (
+    reader = (
         reader.option("kafka.bootstrap.servers", bootstrap)
         .option("subscribe", ",".join(t.strip() for t in topic_list))
         .option("startingOffsets", starting_offsets)
         .options(**dict(options or {}))
-        .load()
     )
+    try:
+        return reader.load()
+    except AnalysisException as exc:
+        if source != "native" or "KAFKA_DATA_SOURCE_NOT_ENABLED" not in str(exc):
+            raise
+        raise ValueError(
+            "source native needs Spark's Kafka connector on the classpath (spark-submit "
+            f"--packages org.apache.spark:spark-sql-kafka-0-10_2.13:{spark.version}); "
+            "without it, use source python"
+        ) from None

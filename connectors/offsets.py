@@ -73,11 +73,13 @@ def next_end(
 ) -> Offsets:
     """The end offset of the next batch: everything up to the watermarks, or `max_rows` of it.
 
-    A partition that appeared since `start` joins at its low watermark and is
-    read from the next batch on; one that disappeared keeps its offset. With a
-    limit, each partition gets a share proportional to its backlog (largest
-    remainders first, ties by name), so the batch holds exactly
-    `min(max_rows, backlog)` offsets and no partition starves.
+    A partition that appeared since `start` (a topic grew, or was created) is
+    read from its low watermark in this very batch, as Spark's source reads a
+    new partition from the earliest: a batch later, its records could already
+    be late. One that disappeared keeps its offset. With a limit, each
+    partition gets a share proportional to its backlog (largest remainders
+    first, ties by name), so the batch holds exactly `min(max_rows, backlog)`
+    offsets and no partition starves.
     """
     begin = flatten(start)
     end = dict(begin)
@@ -85,6 +87,8 @@ def next_end(
     for tp, (lo, hi) in marks.items():
         if tp not in begin:
             end[tp] = lo
+            if hi > lo:
+                backlog[tp] = hi - lo
         elif hi < begin[tp]:
             raise ValueError(
                 f"{tp[0]}-{tp[1]}: latest offset {hi} is below the offset already read "

@@ -293,9 +293,11 @@ def test_offset_planning() -> None:
         taken = {tp: end[tp] - o for tp, o in off.flatten(start).items()}
         assert sum(taken.values()) == min(limit, 113)
         assert all(0 <= taken[tp] <= marks[tp][1] - off.flatten(start)[tp] for tp in taken)
-    # A new partition joins at its low watermark and is read from the next batch on.
+    # A new partition is read from its low watermark in the same batch, its backlog
+    # shared under a limit like any other's.
     grown = {**marks, ("c", 0): (4, 9)}
-    assert off.next_end(start, grown, None)["c"] == {"0": 4}
+    assert off.next_end(start, grown, None)["c"] == {"0": 9}
+    assert off.next_end(start, grown, 59)["c"] == {"0": 6}  # (5 of 118: 2.5 of 59)
     # Trigger.AvailableNow: nothing past the target, no partition born after it.
     capped = off.cap(grown, {("a", 0): 9, ("a", 1): 2, ("b", 0): 5, ("b", 1): 99})
     assert off.next_end(start, capped, None) == {"a": {"0": 9, "1": 2}, "b": {"0": 5, "1": 99}}
@@ -367,6 +369,20 @@ def test_source_reads_each_record_once_across_restarts(
     rows = [r for b in batches for r in b]
     assert sorted(r[3] for r in rows) == sorted(second)
     assert all(len(b) <= 250 for b in batches)
+
+    # A partition added to a topic is read from its start in the same batch as the
+    # others (a batch later, its records could be late against what came with it).
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewPartitions
+
+    admin = AdminClient(confluent_config(bootstrap))
+    admin.create_partitions([NewPartitions(topics[1], 3)])[topics[1]].result(30)
+    producer = Producer(confluent_config(bootstrap))
+    for partition in (2, 0):
+        producer.produce(topics[1], value=f"grown-{partition}".encode(), partition=partition)
+    assert producer.flush(30) == 0
+    [batch] = run_available_now(stream, checkpoint)
+    assert sorted((p, v) for _t, p, _o, v in batch) == [(0, b"grown-0"), (2, b"grown-2")]
 
 
 def test_source_starting_offsets_and_record_fields(
