@@ -52,10 +52,13 @@ def check_sharding(checkpoint: str, sharding: Sharding) -> None:
             )
         return
     # (a checkpoint of a version before this file: its cuts are unknown, these are kept)
-    path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_suffix(".tmp")
-    partial.write_text(json.dumps(wanted, sort_keys=True) + "\n", encoding="utf-8")
-    partial.replace(path)
+    try:  # (the first write to the checkpoint: a path that cannot be one fails here)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial.write_text(json.dumps(wanted, sort_keys=True) + "\n", encoding="utf-8")
+        partial.replace(path)
+    except OSError as exc:
+        raise ValueError(f"cannot use {checkpoint} as the checkpoint: {exc.strerror}") from None
 
 
 def _describe(tables: dict[str, Any]) -> str:

@@ -116,7 +116,7 @@ def run(config: Any, master: str, available_now: bool) -> int:
     from pyspark.errors import IllegalArgumentException
 
     from streaming import job
-    from streaming.listener import Counters, ProgressLogger, live_counts
+    from streaming.listener import Counters, ProgressLogger, failure_reason, live_counts
 
     spark = job.session(config, master, f"tsm run ({config.query_name})")
     ui = spark.sparkContext.uiWebUrl
@@ -130,10 +130,11 @@ def run(config: Any, master: str, available_now: bool) -> int:
         flush=True,
     )
     metrics = spark.sparkContext.accumulator({}, Counters())
-    listener = ProgressLogger(config.query_name, metrics, live_counts(spark, config.checkpoint))
+    listener = ProgressLogger(config.query_name, metrics)
     spark.streams.addListener(listener)
     stop = StopFlag()
     try:
+        listener.live = live_counts(spark, config.checkpoint)
         writer = stop.guard(job.kafka_writer(config))
         query = job.start(spark, config, metrics, available_now=available_now, writer=writer)
         wait_between_batches(query, stop)
@@ -148,7 +149,9 @@ def run(config: Any, master: str, available_now: bool) -> int:
         spark.streams.removeListener(listener)
         spark.stop()
     if error is not None and StopRequested.__name__ not in str(error):
-        print(f"tsm run: the query failed: {error}", file=sys.stderr)
+        details = str(error).split("\n=== Streaming Query ===")[0]  # (not the plan)
+        print(f"tsm run: the query failed: {failure_reason(details)}", file=sys.stderr)
+        print(details, file=sys.stderr)
         return 1
     return 130 if stop.signal == signal.SIGINT else 0
 

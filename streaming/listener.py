@@ -82,6 +82,19 @@ def batch_summary(
     }
 
 
+def failure_reason(text: str) -> str:
+    """The line of a query's exception that says what went wrong: where Spark wraps
+    a Python error (the source's, a stage's), the Python exception after the
+    traceback, not Spark's first line, which ends in "Traceback ... call last):"."""
+    lines = text.strip().splitlines() or [""]
+    for at, line in enumerate(lines):
+        if line.rstrip().endswith("Traceback (most recent call last):"):
+            raised = [x for x in lines[at + 1 :] if x.strip() and not x[0].isspace()]
+            if raised:
+                return raised[0].strip()
+    return lines[0].strip()
+
+
 class ProgressLogger(StreamingQueryListener):
     """Writes one JSON line per batch of the named query to stderr.
 
@@ -118,7 +131,7 @@ class ProgressLogger(StreamingQueryListener):
 
     def onQueryTerminated(self, event: Any) -> None:
         if event.exception and "StopRequested" not in event.exception:  # a stop is no failure
-            self._write({"query": self.query_name, "failed": event.exception.splitlines()[0]})
+            self._write({"query": self.query_name, "failed": failure_reason(event.exception)})
 
     def _write(self, record: dict[str, Any]) -> None:
         print(json.dumps(record, default=str), file=sys.stderr, flush=True)

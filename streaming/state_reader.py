@@ -14,9 +14,16 @@ def has_commits(checkpoint: str) -> bool:
 def committed_state(spark: Any, checkpoint: str, var: str) -> Any:
     """One of the processor's state variables as a DataFrame (`key`, `value`, ...),
     or None while the checkpoint has no committed batch."""
+    from pyspark.errors import PySparkException
+
     if not has_commits(checkpoint):
         return None
-    return spark.read.format("statestore").option("stateVarName", var).load(checkpoint)
+    try:
+        return spark.read.format("statestore").option("stateVarName", var).load(checkpoint)
+    except PySparkException as exc:  # (another query's checkpoint: no such operator or state)
+        raise ValueError(
+            f"checkpoint {checkpoint} does not hold this job's state: {str(exc).splitlines()[0]}"
+        ) from None
 
 
 def held_keys(spark: Any, checkpoint: str) -> set[str]:

@@ -444,6 +444,36 @@ def test_cells_keep_their_state_keys_across_restart(
         run_in_process(spark, recut)
 
 
+def test_unusable_checkpoints_and_sources_are_clear_errors(spark, bootstrap, new_topic, tmp_path):
+    """What `tsm run` reports in one line (a ValueError) rather than a traceback."""
+    from connectors.kafka_source import read_stream
+    from streaming.listener import live_counts
+
+    topics = make_topics(new_topic, bootstrap)
+    produce_lines(bootstrap, topics.profiles, [b"{}"])
+    a_file = tmp_path / "a-file"
+    a_file.write_text("")
+    config = JobConfig(bootstrap=bootstrap, topics=topics, checkpoint=str(a_file / "ck"))
+    with pytest.raises(ValueError, match="cannot use .*a-file/ck as the checkpoint: Not a dir"):
+        run_in_process(spark, config)
+    native = replace(config, checkpoint=str(tmp_path / "ck"), source="native")
+    with pytest.raises(ValueError, match="source native needs Spark's Kafka connector"):
+        run_in_process(spark, native)
+    # The checkpoint of another stateful query (an aggregation's state, no `meta`).
+    other = tmp_path / "other"
+    counts = read_stream(spark, bootstrap, [topics.profiles]).groupBy("partition").count()
+    query = (
+        counts.writeStream.outputMode("complete")
+        .format("noop")
+        .option("checkpointLocation", str(other))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination(120)
+    with pytest.raises(ValueError, match="does not hold this job's state"):
+        live_counts(spark, str(other))
+
+
 def test_kafka_python_clients(spark, bootstrap, new_topic, tmp_path):
     """Records produced and matches consumed with kafka-python, not librdkafka."""
     from kafka import KafkaConsumer, KafkaProducer

@@ -1,0 +1,29 @@
+"""What the batch log says when the query fails: the reason, not Spark's wrapper."""
+
+from __future__ import annotations
+
+from streaming.listener import failure_reason
+
+WRAPPED = """[PYTHON_STREAMING_DATA_SOURCE_RUNTIME_ERROR] Failed when Python streaming data \
+source perform latestOffset: Traceback (most recent call last):
+  File "/x/connectors/kafka_source.py", line 178, in latestOffset
+    return off.next_end(start, marks, max_rows)
+           ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^
+ValueError: t-0: latest offset 0 is below the offset already read 2000; was the topic \
+deleted and re-created?
+ SQLSTATE: 38000
+=== Streaming Query ===
+Identifier: tsm"""
+
+
+def test_the_python_error_inside_spark_s_wrapper() -> None:
+    assert failure_reason(WRAPPED) == (
+        "ValueError: t-0: latest offset 0 is below the offset already read 2000; "
+        "was the topic deleted and re-created?"
+    )
+
+
+def test_a_jvm_error_is_its_first_line() -> None:
+    text = "org.x.JsonEOFException: Unexpected end-of-input\n at [Source: line 1]\n\tat a.b(C)"
+    assert failure_reason(text) == "org.x.JsonEOFException: Unexpected end-of-input"
+    assert failure_reason("") == ""
