@@ -589,6 +589,30 @@ def test_a_snapshot_from_before_lazy_profiles_loads():
     assert slots.tolist() == [slot]
 
 
+def test_a_snapshot_from_before_lazy_block_bounds_loads():
+    """A long root list pickled by the earlier layout (its mirror without `dirty`:
+    block bounds widened at each removal) loads, and removes and answers as before."""
+    with layouts.lists(True):
+        df, subs = DoubleForest(), {}
+        for i in range(40):
+            c = conj(f"x >= {i} AND x <= {i + 3} AND y >= {i % 7} AND y <= {i % 7 + 1}")
+            subs[df.add_subscription(i, [c], False, 0, OPEN)] = c
+        df.sub_forest.settle()
+        mirror = df.sub_forest._wide[ROOT]
+        assert mirror.nblocks
+        state = {name: getattr(mirror, name) for name in type(mirror).__slots__}
+        del state["dirty"]
+        old = type(mirror).__new__(type(mirror))
+        old.__setstate__((None, state))  # (what pickle hands an earlier version's mirror)
+        df.sub_forest._wide[ROOT] = old
+        loaded = pickle.loads(pickle.dumps(df))
+        for slot in sorted(subs)[::3]:
+            loaded.remove_subscription(slot)
+            del subs[slot]
+        loaded.check_invariants()
+        _probe(loaded, subs, {}, [(((2, 9), (0, 3)), False), (((30, 50), (1, 5)), True)])
+
+
 def test_each_forest_has_the_columns_of_its_own_side():
     """Profiles that each bring an attribute of their own (a sensor's id as its name)
     add no columns to the subscription forest, so profile queries never test them;
