@@ -622,7 +622,8 @@ class Forest:
 
     def check_invariants(self) -> None:
         """Parent covers child; no root is covered by another node; subtree bounds
-        and the bounds of a long list's blocks exact once flushed. For tests."""
+        exact and a long list's block boxes holding their children once flushed.
+        For tests."""
         self._flush()
         roots = set(self.roots().tolist())
         for node, key in enumerate(self.keys):
@@ -650,13 +651,10 @@ class Forest:
             nb, size = mirror.nblocks, mirror.block
             shape = (lo.shape[0], nb, size)
             lo, hi = lo[:, : nb * size].reshape(shape), hi[:, : nb * size].reshape(shape)
-            for got, want in (
-                (mirror.blo, lo.min(axis=2)),
-                (mirror.bhi, hi.max(axis=2)),
-                (mirror.ilo, lo.max(axis=2)),
-                (mirror.ihi, hi.min(axis=2)),
-            ):
-                assert (got[:, :nb] == want).all(), f"block bounds of {node}"
+            assert (mirror.blo[:, :nb] <= lo.min(axis=2)).all(), f"block bounds of {node}"
+            assert (mirror.bhi[:, :nb] >= hi.max(axis=2)).all(), f"block bounds of {node}"
+            assert (mirror.ilo[:, :nb] >= lo.max(axis=2)).all(), f"block bounds of {node}"
+            assert (mirror.ihi[:, :nb] <= hi.min(axis=2)).all(), f"block bounds of {node}"
 
 
 def _hits(lo, hi, qs, q_lo, q_hi, plan) -> tuple[np.ndarray, np.ndarray]:
@@ -811,10 +809,11 @@ class _Mirror:
     blocks it misses. Children appended since the last sort
     form an unsorted tail that every query scans; when it outgrows an eighth
     of the list, the list is sorted again. A removal moves the last child
-    into the hole and marks that block's box for recomputing before the next
-    read of the boxes (a batch of removals pays one vector pass, not four
-    numpy calls each); once there have been more such moves than blocks, the
-    list is sorted again too (the boxes have loosened).
+    into the hole, and that block's box is widened to hold it before the
+    next read of the boxes (a batch of removals pays one vector pass, not
+    four numpy calls each): boxes stay conservative, and once there have
+    been more such widenings than blocks, the list is sorted again too (the
+    boxes have loosened).
 
     Inserts test a new box against the list (which children contain it,
     which lie inside it) through the blocks too, so they keep the tail
@@ -840,7 +839,7 @@ class _Mirror:
         "widened",
         "pts",
         "spread",
-        "dirty",
+        "moved",
     )
 
     def __init__(self, lo: np.ndarray, hi: np.ndarray) -> None:
@@ -855,10 +854,10 @@ class _Mirror:
         self.runs: list[int] = []  # the first block of each sorted run
         self.pts: _Points | bool | None = None  # None: not built since the list changed
         self.spread = int(np.count_nonzero(~_is_point(lo, hi)))  # boxes that are not points
-        self.dirty: set[int] = set()  # blocks whose bounds a removal changed
+        self.moved: list[int] = []  # positions in blocks a removal moved a child into
 
     def __setstate__(self, state: tuple[None, dict]) -> None:
-        self.dirty = set()  # (a snapshot from before `dirty`: its bounds are current)
+        self.moved = []  # (a snapshot from before `moved`: its boxes are widened)
         for name, value in state[1].items():
             setattr(self, name, value)
 
@@ -892,24 +891,24 @@ class _Mirror:
         b = index // self.block
         if b < self.nblocks:
             self.widened += 1
-            self.dirty.add(b)
+            self.moved.append(index)
 
     def _refresh(self, upto: int | None = None) -> None:
-        """Recompute the bounds of the blocks (below `upto`) that removals changed
-        (exact: the min and max over each block's children)."""
-        if not self.dirty:
+        """Widen the boxes of the blocks (below `upto`) that removals moved
+        children into, to hold those children."""
+        if not self.moved:
             return
-        b = np.fromiter(self.dirty, dtype=np.int64, count=len(self.dirty))
-        self.dirty = set()
-        b = b[b < (self.nblocks if upto is None else min(upto, self.nblocks))]
-        if not len(b):
+        pos = np.array(self.moved, dtype=np.int64)
+        self.moved = []
+        pos = pos[pos < (self.nblocks if upto is None else min(upto, self.nblocks)) * self.block]
+        if not len(pos):
             return
-        size = self.block
-        pos = (b[:, None] * size + np.arange(size)).ravel()
-        shape = (self.lo.shape[0], len(b), size)
-        lo, hi = self.lo[:, pos].reshape(shape), self.hi[:, pos].reshape(shape)
-        self.blo[:, b], self.bhi[:, b] = lo.min(axis=2), hi.max(axis=2)
-        self.ilo[:, b], self.ihi[:, b] = lo.max(axis=2), hi.min(axis=2)
+        at = (slice(None), pos // self.block)
+        lo, hi = self.lo[:, pos], self.hi[:, pos]  # (the children there now)
+        np.minimum.at(self.blo, at, lo)
+        np.maximum.at(self.bhi, at, hi)
+        np.maximum.at(self.ilo, at, lo)
+        np.minimum.at(self.ihi, at, hi)
 
     def fitting(self, index: int) -> int | None:
         """If `index` lies in a block of a list the inserts keep in blocks:
@@ -918,7 +917,8 @@ class _Mirror:
         b, cut, n = index // self.block, self.nblocks * self.block, self.n
         if n < SETTLED or b >= self.nblocks or cut >= n - 1:
             return None
-        self._refresh()
+        # (the block's bounds as stored, even if a removal marked them: the choice
+        # only keeps the block tight, and the block is recomputed before a read)
         cut = max(cut, n - self.block)  # (the last few suffice: a removal stays cheap)
         lo, hi = self.lo[:, cut:n], self.hi[:, cut:n]
         b_lo, b_hi = self.blo[:, b, None], self.bhi[:, b, None]

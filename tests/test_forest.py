@@ -590,8 +590,8 @@ def test_a_snapshot_from_before_lazy_profiles_loads():
 
 
 def test_a_snapshot_from_before_lazy_block_bounds_loads():
-    """A long root list pickled by the earlier layout (its mirror without `dirty`:
-    block bounds widened at each removal) loads, and removes and answers as before."""
+    """A long root list pickled by the earlier layout (its mirror without `moved`:
+    block boxes widened at each removal) loads, and removes and answers as before."""
     with layouts.lists(True):
         df, subs = DoubleForest(), {}
         for i in range(40):
@@ -601,7 +601,7 @@ def test_a_snapshot_from_before_lazy_block_bounds_loads():
         mirror = df.sub_forest._wide[ROOT]
         assert mirror.nblocks
         state = {name: getattr(mirror, name) for name in type(mirror).__slots__}
-        del state["dirty"]
+        del state["moved"]
         old = type(mirror).__new__(type(mirror))
         old.__setstate__((None, state))  # (what pickle hands an earlier version's mirror)
         df.sub_forest._wide[ROOT] = old
