@@ -647,7 +647,7 @@ class Forest:
         for node, mirror in self._wide.items():
             lo, hi = mirror.lo[:, : mirror.n], mirror.hi[:, : mirror.n]
             assert mirror.spread == np.count_nonzero(~_is_point(lo, hi)), f"spread of {node}"
-            mirror._refresh()
+            mirror._widen_moved()
             nb, size = mirror.nblocks, mirror.block
             shape = (lo.shape[0], nb, size)
             lo, hi = lo[:, : nb * size].reshape(shape), hi[:, : nb * size].reshape(shape)
@@ -893,7 +893,7 @@ class _Mirror:
             self.widened += 1
             self.moved.append(index)
 
-    def _refresh(self, upto: int | None = None) -> None:
+    def _widen_moved(self, upto: int | None = None) -> None:
         """Widen the boxes of the blocks (below `upto`) that removals moved
         children into, to hold those children."""
         if not self.moved:
@@ -917,8 +917,9 @@ class _Mirror:
         b, cut, n = index // self.block, self.nblocks * self.block, self.n
         if n < SETTLED or b >= self.nblocks or cut >= n - 1:
             return None
-        # (the block's bounds as stored, even if a removal marked them: the choice
-        # only keeps the block tight, and the block is recomputed before a read)
+        # (the block's box as stored, even if not yet widened for a child a removal
+        # moved in: the choice only keeps the block tight, and the box is widened
+        # before a read)
         cut = max(cut, n - self.block)  # (the last few suffice: a removal stays cheap)
         lo, hi = self.lo[:, cut:n], self.hi[:, cut:n]
         b_lo, b_hi = self.blo[:, b, None], self.bhi[:, b, None]
@@ -948,7 +949,7 @@ class _Mirror:
     def candidates(self, a: np.ndarray, b: np.ndarray, inside: bool) -> np.ndarray:
         """Positions of the children that may contain the box [a, b] (or lie
         inside it) among the blocks': those of the blocks whose bounds allow it."""
-        self._refresh()
+        self._widen_moved()
         nb, size = self.nblocks, self.block
         if inside:
             ok = (self.ilo[:, :nb] >= a[:, None]).all(axis=0)
@@ -970,7 +971,7 @@ class _Mirror:
         if (tail > grown and self.n - self.tried > grown) or self.widened > self.nblocks:
             self._sort(reorder)
             self.tried = self.n  # (no sortable column: not tried again until it grows)
-        self._refresh()
+        self._widen_moved()
         return self.nblocks
 
     def _sort(self, reorder: Callable[[np.ndarray], None]) -> None:
@@ -981,7 +982,7 @@ class _Mirror:
         """Sort the children from block `first` on into blocks (the rest of
         a block stays tail), through `reorder(order, at)`, which permutes
         the child list from position `at` to match."""
-        self._refresh(first)  # (the blocks before `first` stay; the rest are made anew)
+        self._widen_moved(first)  # (the blocks before `first` stay; the rest are made anew)
         n, size, at = self.n, self.block, first * self.block
         lo, hi = self.lo[:, at:n], self.hi[:, at:n]
         order = _tiled_order(lo, hi, size)
