@@ -12,7 +12,7 @@ from benchmarks.contenders import CONTENDERS
 from matcher.boxes import Dims
 from matcher.constraints import Atom, Conjunction, conjunction_of
 from matcher.profiles import Profile
-from streaming.cli import main as tsm
+from tsm_cli.main import main as tsm
 
 NUMS, STRS = ("a", "b", "c"), ("s", "t")
 WORDS = ("ab", "abc", "b", "ba", "c")

@@ -24,11 +24,8 @@ pytestmark = pytest.mark.integration
 
 
 def tsm(*args: str, stdin: bytes | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
-    # Not `python -m streaming.cli`: as __main__ its CliError is another class
-    # than the one the subcommand modules import, and errors become tracebacks.
-    entry = "import sys; from streaming.cli import main; sys.exit(main())"
     return subprocess.run(
-        [sys.executable, "-c", entry, *args],
+        [sys.executable, "-m", "tsm_cli", *args],
         input=stdin,
         capture_output=True,
         timeout=timeout,

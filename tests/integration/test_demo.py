@@ -35,7 +35,7 @@ def expected_events() -> Counter:
 
 
 def test_demo_runs_to_the_end_and_summarizes(tmp_path):
-    command = [sys.executable, "-m", "streaming.cli", "demo", "--speed", "60"]
+    command = [sys.executable, "-m", "tsm_cli", "demo", "--speed", "60"]
     command += ["--data-dir", str(tmp_path / "demo")]
     done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=300)
     out = done.stdout
@@ -60,7 +60,7 @@ def test_demo_runs_to_the_end_and_summarizes(tmp_path):
 @pytest.mark.parametrize("speed", ["-1", "nan", "inf"])
 def test_a_speed_that_cannot_pace_is_refused_before_anything_starts(tmp_path, speed):
     done = subprocess.run(
-        [sys.executable, "-m", "streaming.cli", "demo", "--speed", speed, "--data-dir", tmp_path],
+        [sys.executable, "-m", "tsm_cli", "demo", "--speed", speed, "--data-dir", tmp_path],
         cwd=REPO,
         capture_output=True,
         timeout=60,

@@ -262,7 +262,7 @@ def write_config(path: Path, topics: Topics, **settings) -> Path:
 
 def tsm_run(bootstrap: str, config: Path, checkpoint: Path, *flags: str) -> subprocess.Popen:
     """`tsm run` as a child in its own process group (so that a kill reaches the JVM)."""
-    command = [sys.executable, "-m", "streaming.cli", "run", "--bootstrap", bootstrap]
+    command = [sys.executable, "-m", "tsm_cli", "run", "--bootstrap", bootstrap]
     command += ["--config", str(config), "--checkpoint", str(checkpoint), *flags]
     env = os.environ | {"PYSPARK_PYTHON": sys.executable}
     log = open(checkpoint.parent / f"run-{time.time():.0f}.log", "wb")  # noqa: SIM115
