@@ -185,3 +185,19 @@ def test_bench_results_are_not_committed() -> None:
         ["git", "check-ignore", "-q", "bench-results/matcher.json"], cwd=ROOT, timeout=30
     )
     assert ignored.returncode == 0
+
+
+def test_the_jvm_started_in_the_block_writes_to_the_file_for_good(tmp_path, capfd) -> None:
+    """What `tsm demo` does with Spark's JVM: its standard streams, and its children's,
+    go to the file from its start to its end; this process's are its own again."""
+    from tsm_cli.logs import jvm_output_to
+
+    talk = (
+        "import sys, time; print('out', flush=True); time.sleep(0.5); print('err', file=sys.stderr)"
+    )
+    with jvm_output_to(tmp_path / "spark.log"):
+        child = subprocess.Popen([sys.executable, "-c", talk])
+    print("mine", file=sys.stderr, flush=True)
+    assert child.wait(timeout=30) == 0
+    assert (tmp_path / "spark.log").read_text() == "out\nerr\n"
+    assert capfd.readouterr() == ("", "mine\n")
