@@ -94,6 +94,7 @@ def test_contenders_agree_with_a_naive_loop(seed: int) -> None:
             del profiles[k]
 
 
+@pytest.mark.slow
 def test_quick_bench_runs_and_agrees(tmp_path, capsys) -> None:
     out = tmp_path / "matcher.json"
     assert tsm(["bench", "matcher", "--quick", "--json", str(out)]) == 0
@@ -113,6 +114,7 @@ def test_quick_bench_runs_and_agrees(tmp_path, capsys) -> None:
     assert "MISMATCH" not in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_bench_budget_flag_sets_the_plan_and_is_in_the_command(tmp_path, capsys) -> None:
     out = tmp_path / "matcher.json"
     args = ["--quick", "--sizes", "1000", "--workloads", "uniform", "--budget", "3.5"]

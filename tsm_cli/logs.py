@@ -14,8 +14,12 @@ one). Verbosity is the count of `-v` less the count of `-q`:
 | 2 or more | debug | info | INFO | 7 |
 
 The batch log of `tsm run` (`streaming.listener.BATCH_LOG`: one JSON object a
-line, for machines) is written to stderr as it is, whatever the verbosity:
-`tsm run -q 2> batches.jsonl` gives the batches, warnings and errors only.
+line, for machines) is written to stderr as it is, whatever the verbosity.
+What Spark's JVM and the processes it starts print by themselves (start-up
+notices before any log level applies, Python worker lines, their librdkafka
+log) passes by logging: `jvm_output_to` sends it to a file (`tsm demo` by
+default, `tsm run --spark-log FILE`). So `tsm run -q --spark-log FILE 2>
+batches.jsonl` gives the batches, and warnings and errors only.
 """
 
 from __future__ import annotations

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import logging
 import signal
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tsm_cli.args import (
@@ -22,7 +23,7 @@ from tsm_cli.args import (
     load_settings,
     verbosity,
 )
-from tsm_cli.logs import spark_log_level
+from tsm_cli.logs import jvm_output_to, spark_log_level
 
 if TYPE_CHECKING:
     from streaming.config import JobConfig
@@ -63,6 +64,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--lateness", type=int, metavar="MS", help="allowed lateness of event time")
     p.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
+    p.add_argument(
+        "--spark-log",
+        type=Path,
+        metavar="FILE",
+        help="append what Spark's JVM, its Python workers and their Kafka clients print "
+        "by themselves (start-up notices, worker lines, librdkafka) to FILE, not stderr",
+    )
     p.set_defaults(handler=_run)
 
 
@@ -93,8 +101,13 @@ def settings(args: argparse.Namespace) -> JobConfig:
 def _run(args: argparse.Namespace) -> int:
     config = settings(args)
     _create_missing_topics(config, _require_broker(config))
-    available_now = bool(args.available_now)
-    return run(config, args.master, available_now=available_now, verbosity=verbosity(args))
+    return run(
+        config,
+        args.master,
+        available_now=bool(args.available_now),
+        verbosity=verbosity(args),
+        spark_log=args.spark_log,
+    )
 
 
 def _require_broker(config: JobConfig) -> set[str]:
@@ -132,7 +145,14 @@ def _create_missing_topics(config: JobConfig, existing: set[str]) -> None:
         log.info("created topic %s (%d partitions, kept forever)", name, DEFAULT_PARTITIONS)
 
 
-def run(config: JobConfig, master: str, *, available_now: bool, verbosity: int = 0) -> int:
+def run(
+    config: JobConfig,
+    master: str,
+    *,
+    available_now: bool,
+    verbosity: int = 0,
+    spark_log: Path | None = None,
+) -> int:
     """Start the query, log each batch, stop between batches on a signal."""
     from pyspark.errors import IllegalArgumentException
 
@@ -140,9 +160,9 @@ def run(config: JobConfig, master: str, *, available_now: bool, verbosity: int =
     from streaming.listener import Counters, ProgressLogger, failure_reason, live_counts
     from streaming.stopping import StopFlag, StopRequested, wait_between_batches
 
-    spark = job.session(
-        config, master, f"tsm run ({config.query_name})", log_level=spark_log_level(verbosity)
-    )
+    name, level = f"tsm run ({config.query_name})", spark_log_level(verbosity)
+    with jvm_output_to(spark_log):
+        spark = job.session(config, master, name, log_level=level)
     ui = spark.sparkContext.uiWebUrl
     writes = (
         "exactly once (Kafka transactions, for read_committed consumers)"
