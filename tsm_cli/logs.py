@@ -17,8 +17,8 @@ The batch log of `tsm run` (`streaming.listener.BATCH_LOG`: one JSON object a
 line, for machines) is written to stderr as it is, whatever the verbosity.
 What Spark's JVM and the processes it starts print by themselves (start-up
 notices before any log level applies, Python worker lines, their librdkafka
-log) passes by logging: `jvm_output_to` sends it to a file (`tsm demo` by
-default, `tsm run --spark-log FILE`). So `tsm run -q --spark-log FILE 2>
+log) passes by logging: `jvm_output_to` sends it to a file (`tsm demo`
+unless -v, `tsm run --spark-log FILE`). So `tsm run -q --spark-log FILE 2>
 batches.jsonl` gives the batches, and warnings and errors only.
 """
 
@@ -39,9 +39,6 @@ _LABELS = {logging.WARNING: "warning: ", logging.ERROR: "error: ", logging.CRITI
 
 class _Stderr(logging.StreamHandler):
     """A handler writing to the `sys.stderr` of the moment (tests and tqdm swap it)."""
-
-    def __init__(self) -> None:
-        super().__init__()
 
     @property
     def stream(self):  # type: ignore[override]
@@ -72,28 +69,25 @@ def configure(command: str, verbosity: int = 0) -> None:
     Called once per `tsm` invocation (again in tests: the previous handlers
     are replaced, not added to)."""
     root = logging.getLogger()
-    for handler in [h for h in root.handlers if getattr(h, "_tsm", False)]:
-        root.removeHandler(handler)
-    handler = _Stderr()
-    handler.setFormatter(_OneLine(command))
-    handler._tsm = True  # type: ignore[attr-defined]
-    root.addHandler(handler)
+    _set_handler(root, _OneLine(command))
     root.setLevel(
         logging.ERROR if verbosity < 0 else logging.WARNING if verbosity < 2 else logging.INFO
     )
-    ours = _level(verbosity)
     for name in PACKAGES:
-        logging.getLogger(name).setLevel(ours)
-
+        logging.getLogger(name).setLevel(_level(verbosity))
     batches = logging.getLogger(BATCH_LOG)
-    for handler in [h for h in batches.handlers if getattr(h, "_tsm", False)]:
-        batches.removeHandler(handler)
-    raw = _Stderr()
-    raw.setFormatter(logging.Formatter("%(message)s"))
-    raw._tsm = True  # type: ignore[attr-defined]
-    batches.addHandler(raw)
+    _set_handler(batches, logging.Formatter("%(message)s"))
     batches.setLevel(logging.INFO)
     batches.propagate = False
+
+
+def _set_handler(logger: logging.Logger, formatter: logging.Formatter) -> None:
+    """Give `logger` one stderr handler of ours with `formatter` (others' stay)."""
+    for handler in [h for h in logger.handlers if isinstance(h, _Stderr)]:
+        logger.removeHandler(handler)
+    handler = _Stderr()
+    handler.setFormatter(formatter)
+    logger.addHandler(handler)
 
 
 def _level(verbosity: int) -> int:
