@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-from importlib import metadata
 
 from tsm_cli import bench, demo, kafka, replay, run
 from tsm_cli.args import CliError, verbosity, verbosity_flags
@@ -22,11 +21,22 @@ log = logging.getLogger(__name__)
 COMMANDS = (replay, kafka, run, demo, bench)
 
 
-def version() -> str:
-    try:
-        return metadata.version("tsm")
-    except metadata.PackageNotFoundError:  # (run from a checkout that is not installed)
-        return "unknown"
+class _Version(argparse.Action):
+    """`--version`: the installed package's version, looked up only when asked
+    (importlib.metadata costs half of `tsm --help`'s imports)."""
+
+    def __init__(self, option_strings: list[str], dest: str, **kwargs) -> None:
+        super().__init__(option_strings, dest, nargs=0, help="print the version and exit")
+
+    def __call__(self, parser: argparse.ArgumentParser, *_args) -> None:
+        from importlib import metadata
+
+        try:
+            version = metadata.version("tsm")
+        except metadata.PackageNotFoundError:  # (a checkout that is not installed)
+            version = "unknown"
+        print(f"tsm {version}")
+        parser.exit()
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -35,7 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Streaming matcher for temporal subspace queries "
         "(content-based publish/subscribe on Kafka and Spark).",
     )
-    parser.add_argument("--version", action="version", version=f"tsm {version()}")
+    parser.add_argument("--version", action=_Version)
     verbosity_flags(parser, top=True)
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for module in COMMANDS:
