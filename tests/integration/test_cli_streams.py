@@ -14,7 +14,7 @@ import pytest
 from connectors.consume import consume_values
 from connectors.produce import produce_lines
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
 SUB = b'{"op":"subscribe","id":"s","space":"a","subscriber":"u","where":"x > 1","ts":1000}'

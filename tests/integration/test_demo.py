@@ -43,6 +43,7 @@ SHOW = re.compile(
 )
 
 
+@pytest.mark.slow
 def test_demo_runs_to_the_end_and_summarizes(tmp_path):
     command = [sys.executable, "-m", "tsm_cli", "demo", "--speed", "60"]
     command += ["--data-dir", str(tmp_path / "demo")]
