@@ -7,7 +7,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test test-unit test-integration lint bench clean
+.PHONY: install demo test test-fast test-unit lint bench clean
 
 install: $(STAMP)
 
@@ -24,6 +24,11 @@ demo: install
 test: install
 	$(BIN)/ruff check .
 	$(BIN)/pytest -q
+
+# The unit tests and the quicker integration tests: all but those marked `slow`.
+test-fast: install
+	$(BIN)/ruff check .
+	$(BIN)/pytest -q -m "not slow"
 
 test-unit: install
 	$(BIN)/pytest -q -m "not integration"

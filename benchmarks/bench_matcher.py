@@ -22,10 +22,10 @@ contenders take their matching passes in turn, all of them built at once.
 from __future__ import annotations
 
 import gc
+import logging
 import math
 import platform
 import random
-import sys
 import time
 import tracemalloc
 from collections.abc import Callable, Iterable, Sequence
@@ -35,13 +35,17 @@ from typing import Any
 
 from benchmarks.baselines import Contender, Keys, key_set
 from benchmarks.contenders import CONTENDERS
+from benchmarks.report import DOCS_DIR, RESULTS_DIR
 from benchmarks.workloads import KINDS, build
 from matcher.boxes import Dims
 from matcher.constraints import Atom, Conjunction, predicate_of
 from matcher.profiles import Profile
 
+log = logging.getLogger(__name__)
+
 SEED = 0
-DEFAULT_JSON = Path("docs/bench/matcher.json")
+DEFAULT_JSON = RESULTS_DIR / "matcher.json"
+DOCS_JSON = DOCS_DIR / "matcher.json"
 RECHECK = 20  # queries re-checked after the deletions
 PASSES = 3  # timed passes over the queries, the quickest counting ...
 REPEAT_S = 10.0  # ... while they take under this in all
@@ -486,8 +490,11 @@ def main(
         command += " --workloads " + ",".join(workloads)
     if budget_s:
         command += f" --budget {budget_s:g}"
-    command += f" --json {json_path}"
-    run = Run(plan, lambda msg: print(msg, file=sys.stderr, flush=True))
+    if json_path == DOCS_JSON:
+        command += " --write-docs"
+    elif json_path != DEFAULT_JSON:
+        command += f" --json {json_path}"
+    run = Run(plan, log.info)
     started = time.time()
     for kind in plan.workloads:
         run.log(f"{kind}: generating {max(plan.sizes)} subscriptions and profiles")
@@ -497,7 +504,7 @@ def main(
             try:
                 run_size(run, data, n)
             except Mismatch as exc:
-                print(f"tsm bench matcher: MISMATCH: {exc}", file=sys.stderr)
+                log.error("MISMATCH: %s", exc)
                 return 1
     result = {
         "command": command,

@@ -46,9 +46,9 @@ batches and reported as partial, never hidden.
 from __future__ import annotations
 
 import json
+import logging
 import platform
 import statistics
-import sys
 import tempfile
 import threading
 import time
@@ -62,9 +62,13 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 from pyspark.sql.streaming.stateful_processor import TimerValues
 
+from benchmarks.report import DOCS_DIR, RESULTS_DIR
 from connectors.config import Topics
 
-DEFAULT_JSON = Path("docs/bench/pipeline.json")
+log = logging.getLogger(__name__)
+
+DEFAULT_JSON = RESULTS_DIR / "pipeline.json"
+DOCS_JSON = DOCS_DIR / "pipeline.json"
 SEED = 0
 CONTENDERS = ("product", "output-only", "no-op", "native-join")
 
@@ -109,8 +113,8 @@ STOP_MARK = "tsm bench: stopped (budget or enough rows) before batch"
 
 
 def _log(message: str) -> None:
-    """Progress on stderr, with the seconds since the benchmark started."""
-    print(f"[{time.monotonic() - _STARTED:7.1f}s] {message}", file=sys.stderr, flush=True)
+    """A progress line, with the seconds since the benchmark started."""
+    log.info("[%7.1fs] %s", time.monotonic() - _STARTED, message)
 
 
 # -- workload -------------------------------------------------------------------------------
@@ -853,7 +857,9 @@ def main(
         finally:
             spark.stop()
     command = "tsm bench pipeline" + (" --quick" if quick else "")
-    if json_path != DEFAULT_JSON:
+    if json_path == DOCS_JSON:
+        command += " --write-docs"
+    elif json_path != DEFAULT_JSON:
         command += f" --json {json_path}"
     result = {
         "command": command,

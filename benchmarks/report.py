@@ -12,6 +12,10 @@ import os
 from itertools import groupby
 from pathlib import Path
 
+# Where `tsm bench` writes its results: a git-ignored folder, or, when asked
+# (`--write-docs`), the committed results of the README.
+RESULTS_DIR = Path("bench-results")
+DOCS_DIR = Path("docs/bench")
 BASELINE = "brute-force"
 PANELS = (
     ("match_profile_per_s", "profiles matched / s"),

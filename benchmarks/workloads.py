@@ -13,7 +13,7 @@ import bisect
 import itertools
 import json
 import random
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,6 +22,7 @@ KINDS = ("uniform", "nested", "siena", "tracking")
 BASE_TS = 1_700_000_000_000  # epoch ms: 2023-11-14T22:13:20Z
 DIMS = ("x", "y", "z", "w")
 SPAN = 1000.0
+PROGRESS_EVERY = 10_000  # records written between two calls of `write`'s progress
 VEHICLE_KINDS = ("bus", "tram", "car", "truck", "bike", "taxi", "van", "train", "ferry", "metro")
 
 Atom = tuple[str, str, Any]  # (attr, op, value); `between` takes (lo, hi)
@@ -82,13 +83,26 @@ def build(kind: str, seed: int, n_subscriptions: int, n_profiles: int) -> Worklo
     return _GENERATORS[kind](rng, n_subscriptions, n_profiles)
 
 
-def write(out_dir: Path, subscriptions: list[dict], profiles: list[dict]) -> None:
-    """Write `subscriptions.jsonl` and `profiles.jsonl` (one compact record a line)."""
+def write(
+    out_dir: Path,
+    subscriptions: Iterable[dict],
+    profiles: Iterable[dict],
+    progress: Callable[[int], None] | None = None,
+) -> None:
+    """Write `subscriptions.jsonl` and `profiles.jsonl` (one compact record a line);
+    `progress(n)` is told of every `PROGRESS_EVERY` records written."""
     out_dir.mkdir(parents=True, exist_ok=True)
     for name, records in (("subscriptions", subscriptions), ("profiles", profiles)):
         with open(out_dir / f"{name}.jsonl", "w", encoding="utf-8") as f:
+            written = 0
             for r in records:
                 f.write(json.dumps(r, separators=(",", ":"), ensure_ascii=False) + "\n")
+                written += 1
+                if progress is not None and written == PROGRESS_EVERY:
+                    progress(written)
+                    written = 0
+            if progress is not None and written:
+                progress(written)
 
 
 # ---------------------------------------------------------------- rendering

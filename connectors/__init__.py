@@ -1,4 +1,4 @@
-"""Kafka around the matcher: the embedded broker, CLI tools, Spark source and sink.
+"""Kafka around the matcher: the embedded broker, topic tools, Spark source and sink.
 
 | module | job |
 |---|---|
@@ -9,6 +9,5 @@
 | `offsets` | offset arithmetic of the source (start, limits, AvailableNow), no I/O |
 | `kafka_source` | Spark Python data source `tsm-kafka`, `read_stream` |
 | `kafka_sink` | `foreachBatch` writer (idempotent, exactly-once); the operator's `DirectWriter` |
-| `commands` | registers the CLI subcommands |
 | `bench_source` | `python -m connectors.bench_source`: source throughput |
 """

@@ -9,7 +9,6 @@ parses, so that a space's records share a partition and keep their order.
 from __future__ import annotations
 
 import json
-import sys
 import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -117,10 +116,3 @@ def _send(producer: Any, topic: str, line: bytes, on_delivery: Callable) -> bool
             if exc.args[0].code() != KafkaError.MSG_SIZE_TOO_LARGE:
                 raise
             return False
-
-
-def terminal_progress(label: str) -> Callable[[int], None] | None:
-    """A progress line on stderr when stderr is a terminal, else None."""
-    if not sys.stderr.isatty():
-        return None
-    return lambda n: print(f"\r{label}: {n} records", end="", file=sys.stderr, flush=True)

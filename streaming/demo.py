@@ -1,10 +1,10 @@
-"""`tsm demo`: the whole system on one machine, with a scenario replayed in event time.
+"""The demo's scenario, replayed in event time against the running job (`tsm demo`).
 
-Starts the embedded broker and a local Spark, creates the topics, starts the
-job exactly as `tsm run` does (`streaming.job.start`), then replays the
-bundled scenario (`examples/demo/`) tick by tick of event time while it
-prints the matches and dead letters as they reach their topics, and ends
-with a summary once everything published has been matched and read back.
+`Director` publishes the bundled scenario (`examples/demo/`) tick by tick of
+event time while it hands the matches and dead letters, as they reach their
+topics, to a `Display`, and ends once everything published has been matched
+and read back. The command (`tsm_cli.demo`) starts the broker and the job
+and draws the display.
 
 The first tick (the subscriptions of 08:00) is published before the clock
 starts and the clock waits for the job's first batch, so that the start-up
@@ -15,23 +15,16 @@ subscribed consumer (PLATFORM.md: an idle consumer makes noida-db spin).
 
 from __future__ import annotations
 
-import argparse
-import json
-import shutil
-import signal
-import sys
-import threading
+import logging
 import time
-from collections import Counter
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-from streaming.cli import CliError
+log = logging.getLogger(__name__)
 
 SCENARIO = Path(__file__).resolve().parents[1] / "examples" / "demo"
-DATA_DIR = Path(".tsm/demo")
 # Event-time seconds replayed per wall second: the 5-minute scenario in ~30 s.
 DEFAULT_SPEED = 10.0
 TRIGGER = "1 second"
@@ -39,40 +32,6 @@ TRIGGER = "1 second"
 # longer than the trigger, so that a no-data batch (event-time timers) runs first.
 SETTLE_S = 2.5
 POLL_S = 0.25
-
-
-def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser(
-        "demo",
-        help="run the whole system locally on a bundled scenario and print the matches live",
-        description="Start the embedded broker and a local Spark, run the streaming job, "
-        "replay a scenario (buses, trams and ferries through alert zones) in event time, "
-        "print the matches as they arrive, and end with a summary. Ctrl-C stops cleanly.",
-    )
-    p.add_argument(
-        "--speed",
-        type=float,
-        default=DEFAULT_SPEED,
-        metavar="X",
-        help=f"event-time seconds per wall second (default {DEFAULT_SPEED:g}: the 5-minute "
-        "scenario in ~30 s); 0 publishes everything at once",
-    )
-    p.add_argument(
-        "--keep", action="store_true", help="leave the broker running (and its data) at the end"
-    )
-    p.add_argument(
-        "--follow", action="store_true", help="keep running after the scenario, until Ctrl-C"
-    )
-    p.add_argument("--scenario", type=Path, default=SCENARIO, metavar="DIR", help="scenario dir")
-    p.add_argument(
-        "--data-dir",
-        type=Path,
-        default=DATA_DIR,
-        metavar="DIR",
-        help=f"broker data and checkpoint, wiped at start (default {DATA_DIR})",
-    )
-    p.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
-    p.set_defaults(handler=_demo)
 
 
 # -- the scenario ---------------------------------------------------------------------------
@@ -88,6 +47,10 @@ class Tick:
     )
 
 
+class ScenarioError(ValueError):
+    """A scenario directory that cannot be replayed; the message says which file and why."""
+
+
 def load_ticks(directory: Path) -> list[Tick]:
     """Both files merged by `ts`; a line without a readable `ts` (a bad record on purpose)
     goes out with the line before it in its file."""
@@ -98,7 +61,7 @@ def load_ticks(directory: Path) -> list[Tick]:
     for role, kind in (("subscriptions", "subscription"), ("profiles", "profile")):
         path = directory / f"{role}.jsonl"
         if not path.is_file():
-            raise CliError(f"no scenario file {path}")
+            raise ScenarioError(f"no scenario file {path}")
         ts = None
         for line in path.read_bytes().splitlines():
             if not line.strip():
@@ -108,7 +71,7 @@ def load_ticks(directory: Path) -> list[Tick]:
             except RecordError:
                 pass
             if ts is None:
-                raise CliError(f"{path}: the first record needs a readable ts")
+                raise ScenarioError(f"{path}: the first record needs a readable ts")
             ticks.setdefault(ts, Tick(ts)).lines[role].append(line)
     return [ticks[ts] for ts in sorted(ticks)]
 
@@ -123,13 +86,15 @@ def clock(ms: float) -> str:
 class OutputReader:
     """New records of the output topics since the last call, read by offset range."""
 
-    def __init__(self, bootstrap: str, topics: list[str]) -> None:
+    def __init__(
+        self, bootstrap: str, topics: list[str], options: dict[str, str] | None = None
+    ) -> None:
         from confluent_kafka import Consumer
 
         from connectors.config import confluent_config
 
         self.config = confluent_config(
-            bootstrap, required={"group.id": "tsm-demo", "enable.auto.commit": False}
+            bootstrap, options, required={"group.id": "tsm-demo", "enable.auto.commit": False}
         )
         self.watermarks = Consumer(self.config)  # metadata only: never assigned, never fetches
         self.next: dict[tuple[str, int], int] = {}
@@ -164,44 +129,12 @@ class OutputReader:
         self.watermarks.close()
 
 
-class Report:
-    """Prints match and dead-letter records as one line each, and counts them."""
+class Display(Protocol):
+    """What the demo shows: the output records as they arrive, and each tick as published."""
 
-    def __init__(self, matches_topic: str) -> None:
-        self.matches_topic = matches_topic
-        self.events: Counter[tuple[str, str]] = Counter()
-        self.dead: list[str] = []
-        self.lock = threading.Lock()
+    def show(self, records: list[tuple[str, bytes, int]]) -> None: ...
 
-    def show(self, records: list[tuple[str, bytes, int]]) -> None:
-        matches = [json.loads(v) for t, v, _ in records if t == self.matches_topic]
-        letters = [json.loads(v) for t, v, _ in records if t != self.matches_topic]
-        with self.lock:
-            for r in sorted(matches, key=lambda r: r["ts"]):  # two partitions: merge by time
-                self.events[(r["event"], r["reason"])] += 1
-                print(
-                    f"{clock(r['ts'])}  {r['event']:<8} {r['reason']:<17} "
-                    f"{r['profile_id']} → {r['subscription_id']} ({r['subscriber']})",
-                    flush=True,
-                )
-            for d in letters:
-                src = d.get("source") or {}
-                where = f"{src.get('topic')}[{src.get('partition')}]@{src.get('offset')}"
-                self.dead.append(f"{where}: {d['reason']}")
-                print(f"{'':8}  dead letter  {where}: {d['reason']}", flush=True)
-
-    def summary(self, batches: int, rows: int, seconds: float, ended: str) -> str:
-        lines = [
-            "",
-            f"── summary ({ended}) " + "─" * 40,
-            f"match records: {sum(self.events.values())}",
-        ]
-        for (event, reason), n in sorted(self.events.items()):
-            lines.append(f"  {event:<8} {reason:<17} {n:>5}")
-        lines.append(f"dead letters: {len(self.dead)}")
-        lines += [f"  {d}" for d in self.dead]
-        lines.append(f"batches: {batches} ({rows} input records); time: {seconds:.1f} s")
-        return "\n".join(lines)
+    def published(self, ts: int, counts: dict[str, int]) -> None: ...
 
 
 # -- the job's progress -----------------------------------------------------------------------
@@ -236,120 +169,33 @@ def progress_listener(query_name: str) -> Any:
     return Progress()
 
 
-# -- running it -------------------------------------------------------------------------------
-
-
-def _demo(args: argparse.Namespace) -> int:
-    from connectors.broker import BrokerError
-
-    if not 0 <= args.speed < float("inf"):  # (nan too)
-        raise CliError("--speed must be a finite number, 0 or more")
-    ticks = load_ticks(args.scenario)
-    try:
-        bootstrap = _fresh_broker(args.data_dir / "broker")
-    except BrokerError as exc:
-        raise CliError(str(exc)) from None
-    try:
-        return _run(args, ticks, bootstrap)
-    finally:
-        if args.keep:
-            print(
-                f"tsm demo: broker left running at {bootstrap}; stop it with "
-                f"`tsm broker stop --data-dir {args.data_dir / 'broker'}`",
-                file=sys.stderr,
-            )
-        else:
-            from connectors.broker import stop_broker
-
-            stop_broker(args.data_dir / "broker")
-
-
-def _fresh_broker(data_dir: Path) -> str:
-    """Stop a broker a previous demo left (`--keep`), wipe its data, start a new one."""
-    from connectors.broker import free_port, start_broker, stop_broker
-
-    stop_broker(data_dir)
-    shutil.rmtree(data_dir.parent, ignore_errors=True)
-    # Detached (its own session): a Ctrl-C meant for the demo must not kill the
-    # broker before the job has stopped between batches.
-    status = start_broker(free_port(), data_dir)
-    assert status.bootstrap is not None
-    return status.bootstrap
-
-
-def _run(args: argparse.Namespace, ticks: list[Tick], bootstrap: str) -> int:
-    from connectors.admin import create_tsm_topics
-    from streaming import job
-    from streaming.commands import StopFlag, wait_between_batches
-    from streaming.config import JobConfig
-    from streaming.listener import Counters
-
-    started = time.monotonic()
-    config = JobConfig(
-        bootstrap=bootstrap,
-        checkpoint=str(args.data_dir / "checkpoint"),
-        trigger_interval=TRIGGER,
-        query_name="tsm-demo",
-    )
-    create_tsm_topics(bootstrap, partitions=2, topics=config.topics)
-    print(f"tsm demo: broker at {bootstrap}; starting Spark ({args.master})", flush=True)
-    spark = job.session(config, args.master, "tsm demo", log_level="ERROR")
-    print(
-        f"tsm demo: Spark UI at {spark.sparkContext.uiWebUrl} (Structured Streaming tab, "
-        f"query {config.query_name!r})",
-        flush=True,
-    )
-    listener = progress_listener(config.query_name)
-    spark.streams.addListener(listener)
-    reader = OutputReader(bootstrap, [config.topics.matches, config.topics.deadletter])
-    report = Report(config.topics.matches)
-    stop = StopFlag()
-    ended = "interrupted"
-    try:
-        metrics = spark.sparkContext.accumulator({}, Counters())
-        query = job.start(spark, config, metrics)
-        director = Director(args, ticks, bootstrap, config, listener, reader, report, stop)
-        thread = threading.Thread(target=director.run, args=(query,), daemon=True)
-        thread.start()
-        wait_between_batches(query, stop)
-        thread.join()
-        report.show(reader.poll())  # what the last batch wrote
-        error = query.exception()
-        if director.finished:
-            ended = "scenario done"
-        if error is not None:
-            ended = "the query failed"
-            print(f"tsm demo: the query failed: {error}", file=sys.stderr)
-    finally:
-        stop.restore()
-        reader.close()
-        spark.sparkContext._jsc.sc().listenerBus().waitUntilEmpty()
-        spark.streams.removeListener(listener)
-        spark.stop()
-        print(report.summary(listener.batches, listener.rows, time.monotonic() - started, ended))
-    if ended == "the query failed":
-        return 1
-    return 130 if stop.signal == signal.SIGINT else 0
+# -- replaying the scenario ---------------------------------------------------------------
 
 
 class Director:
-    """Publishes the ticks on the event-time clock while printing the output,
-    then waits until everything published is processed and read back."""
+    """Publishes the ticks on the event-time clock while the display shows the output,
+    then waits until everything published is processed and read back.
+
+    `speed` is event-time seconds per wall second (0: all at once); with
+    `follow`, it keeps showing the output after the scenario, until stopped.
+    """
 
     def __init__(
         self,
-        args: argparse.Namespace,
         ticks: list[Tick],
         bootstrap: str,
         config: Any,
         listener: Any,
         reader: OutputReader,
-        report: Report,
+        display: Display,
         stop: Any,
+        *,
+        speed: float = DEFAULT_SPEED,
+        follow: bool = False,
     ) -> None:
-        self.speed, self.follow = args.speed, args.follow
-        self.ticks, self.bootstrap, self.topics = ticks, bootstrap, config.topics
-        self.listener, self.reader, self.report, self.stop = listener, reader, report, stop
+        self.speed, self.follow = speed, follow
+        self.ticks, self.bootstrap, self.config = ticks, bootstrap, config
+        self.listener, self.reader, self.display, self.stop = listener, reader, display, stop
         self.published = 0
         self.finished = False
 
@@ -370,7 +216,7 @@ class Director:
             if self.finished and not self.follow:
                 self.stop.event.set()
             elif self.finished:
-                print("tsm demo: scenario done; following the topics until Ctrl-C", flush=True)
+                log.info("scenario done; following the topics until Ctrl-C")
                 self._await(lambda: False, query)
         except Exception:
             self.stop.event.set()  # the main thread stops the query and reports
@@ -379,13 +225,15 @@ class Director:
     def _publish(self, tick: Tick) -> None:
         from connectors.produce import produce_lines
 
-        counts = []
+        counts = {}
         for role in ("subscriptions", "profiles"):
             lines = tick.lines[role]
             if lines:
-                self.published += produce_lines(self.bootstrap, getattr(self.topics, role), lines)
-                counts.append(f"{len(lines)} {role if len(lines) > 1 else role[:-1]}")
-        print(f"── {clock(tick.ts)} published {', '.join(counts)}", flush=True)
+                topic = getattr(self.config.topics, role)
+                options = self.config.kafka_options
+                self.published += produce_lines(self.bootstrap, topic, lines, options)
+                counts[role] = len(lines)
+        self.display.published(tick.ts, counts)
 
     def _drained(self, query: Any) -> bool:
         return (
@@ -395,8 +243,8 @@ class Director:
         )
 
     def _await(self, done: Any, query: Any) -> None:
-        """Print the output while waiting for `done()`, a stop request or the query's end."""
+        """Show the output while waiting for `done()`, a stop request or the query's end."""
         while not done() and not self.stop.event.is_set() and query.isActive:
-            self.report.show(self.reader.poll())
+            self.display.show(self.reader.poll())
             self.stop.event.wait(POLL_S)
-        self.report.show(self.reader.poll())
+        self.display.show(self.reader.poll())

@@ -6,12 +6,16 @@ travels back in one accumulator of counters, which the driver reads after
 each batch and reports as the batch's difference. The live subscription and
 profile counts are gauges: the processor sends their changes, and the
 starting point is summed from the checkpoint's state (`live_counts`).
+
+The batch log is for machines: one JSON object a line, written as the
+message of the logger `streaming.listener.batches` (`BATCH_LOG`), which the
+CLI sends to stderr as it is, without a prefix and whatever the verbosity.
 """
 
 from __future__ import annotations
 
 import json
-import sys
+import logging
 from typing import Any
 
 from pyspark.accumulators import AccumulatorParam
@@ -30,6 +34,7 @@ COUNTERS = (
     "snapshots",
 )
 GAUGES = ("subscriptions", "profiles")
+BATCH_LOG = logging.getLogger(f"{__name__}.batches")
 
 
 class Counters(AccumulatorParam):
@@ -96,7 +101,7 @@ def failure_reason(text: str) -> str:
 
 
 class ProgressLogger(StreamingQueryListener):
-    """Writes one JSON line per batch of the named query to stderr.
+    """Logs one JSON line per batch of the named query to `BATCH_LOG`, at INFO.
 
     `live` is the gauges' starting point (`live_counts`).
     """
@@ -134,4 +139,4 @@ class ProgressLogger(StreamingQueryListener):
             self._write({"query": self.query_name, "failed": failure_reason(event.exception)})
 
     def _write(self, record: dict[str, Any]) -> None:
-        print(json.dumps(record, default=str), file=sys.stderr, flush=True)
+        BATCH_LOG.info("%s", json.dumps(record, default=str))

@@ -12,7 +12,7 @@ from benchmarks.contenders import CONTENDERS
 from matcher.boxes import Dims
 from matcher.constraints import Atom, Conjunction, conjunction_of
 from matcher.profiles import Profile
-from streaming.cli import main as tsm
+from tsm_cli.main import main as tsm
 
 NUMS, STRS = ("a", "b", "c"), ("s", "t")
 WORDS = ("ab", "abc", "b", "ba", "c")
@@ -94,6 +94,7 @@ def test_contenders_agree_with_a_naive_loop(seed: int) -> None:
             del profiles[k]
 
 
+@pytest.mark.slow
 def test_quick_bench_runs_and_agrees(tmp_path, capsys) -> None:
     out = tmp_path / "matcher.json"
     assert tsm(["bench", "matcher", "--quick", "--json", str(out)]) == 0
@@ -113,6 +114,7 @@ def test_quick_bench_runs_and_agrees(tmp_path, capsys) -> None:
     assert "MISMATCH" not in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_bench_budget_flag_sets_the_plan_and_is_in_the_command(tmp_path, capsys) -> None:
     out = tmp_path / "matcher.json"
     args = ["--quick", "--sizes", "1000", "--workloads", "uniform", "--budget", "3.5"]

@@ -10,7 +10,7 @@ import pytest
 from benchmarks.workloads import KINDS, build, generate
 from matcher.constraints import Atom, predicate_of
 from matcher.profiles import Profile
-from streaming.cli import main as tsm
+from tsm_cli.main import main as tsm
 
 
 @pytest.mark.parametrize("kind", KINDS)

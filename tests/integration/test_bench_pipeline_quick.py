@@ -12,14 +12,14 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def test_quick_pipeline_bench_contenders_agree(tmp_path):
     out = tmp_path / "bench" / "pipeline.json"
-    command = [sys.executable, "-m", "streaming.cli", "bench", "pipeline", "--quick"]
+    command = [sys.executable, "-m", "tsm_cli", "bench", "pipeline", "--quick"]
     done = subprocess.run(
         [*command, "--json", str(out)], cwd=REPO, capture_output=True, text=True, timeout=600
     )

@@ -24,11 +24,8 @@ pytestmark = pytest.mark.integration
 
 
 def tsm(*args: str, stdin: bytes | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
-    # Not `python -m streaming.cli`: as __main__ its CliError is another class
-    # than the one the subcommand modules import, and errors become tracebacks.
-    entry = "import sys; from streaming.cli import main; sys.exit(main())"
     return subprocess.run(
-        [sys.executable, "-c", entry, *args],
+        [sys.executable, "-m", "tsm_cli", *args],
         input=stdin,
         capture_output=True,
         timeout=timeout,
@@ -92,7 +89,8 @@ def test_broker_start_status_stop(tmp_path: Path, bootstrap: str) -> None:
         assert started.stdout.decode().strip() == f"localhost:{port}"
         status = tsm("broker", "status", "--data-dir", data_dir)
         assert status.returncode == 0
-        assert f"running localhost:{port}" in status.stdout.decode()
+        assert status.stdout.decode() == f"localhost:{port}\n"  # data only: the address
+        assert f"running at localhost:{port}" in status.stderr.decode()
         again = tsm("broker", "start", "--port", str(port), "--data-dir", data_dir)
         assert again.returncode == 0 and again.stdout.decode().strip() == f"localhost:{port}"
         # Another data dir on a taken port: a clear error, not a hang.
@@ -111,7 +109,8 @@ def test_broker_start_status_stop(tmp_path: Path, bootstrap: str) -> None:
         record = json.loads((tmp_path / "broker" / "tsm-broker.json").read_text())
         (stale / "tsm-broker.json").write_text(json.dumps(record))
         status = tsm("broker", "status", "--data-dir", str(stale))
-        assert status.returncode == 1 and "not running" in status.stdout.decode()
+        assert status.returncode == 1 and status.stdout == b""
+        assert b"not running" in status.stderr
         assert tsm("broker", "stop", "--data-dir", str(stale)).returncode == 0
         assert tsm("broker", "status", "--data-dir", data_dir).returncode == 0  # still up
         a_file = tmp_path / "a-file"
@@ -122,7 +121,8 @@ def test_broker_start_status_stop(tmp_path: Path, bootstrap: str) -> None:
         stopped = tsm("broker", "stop", "--data-dir", data_dir)
     assert stopped.returncode == 0, stopped.stderr
     status = tsm("broker", "status", "--data-dir", data_dir)
-    assert status.returncode == 1 and "not running" in status.stdout.decode()
+    assert status.returncode == 1 and status.stdout == b""
+    assert b"not running" in status.stderr
     assert (tmp_path / "broker" / "kafka.json").exists()  # SIGTERM saved the data
 
 

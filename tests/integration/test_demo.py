@@ -3,6 +3,8 @@
 The scenario is replayed fast (`--speed 60`); its matches must be what the
 engine (`tsm replay`) gives on the same files: batch cuts cannot change them,
 since the scenario is published in event-time order and nothing is late.
+Stdout is the show and nothing else; stderr the demo's own log lines, none
+of Spark's or librdkafka's (those go to the data dir's spark.log).
 """
 
 from __future__ import annotations
@@ -34,16 +36,27 @@ def expected_events() -> Counter:
     return Counter((o.value["event"], o.value["reason"]) for o in outputs if o.topic == "matches")
 
 
+SHOW = re.compile(
+    r"── \d\d:\d\d:\d\d published \d+ \w+(, \d+ \w+)?"  # a tick
+    r"|\d\d:\d\d:\d\d  (match|unmatch|update) +[\w-]+ +\S+ → \S+ \(\S+\)"  # a match record
+    r"| {10}dead letter  \S+: .+"
+)
+
+
+@pytest.mark.slow
 def test_demo_runs_to_the_end_and_summarizes(tmp_path):
-    command = [sys.executable, "-m", "streaming.cli", "demo", "--speed", "60"]
+    command = [sys.executable, "-m", "tsm_cli", "demo", "--speed", "60"]
     command += ["--data-dir", str(tmp_path / "demo")]
     done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=300)
-    out = done.stdout
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert "Spark UI at" in out
+    out, err = done.stdout, done.stderr
+    assert done.returncode == 0, err[-3000:]
+    assert "Spark UI at" in err
     assert re.search(r"^\d\d:\d\d:\d\d  match    new-profile +\S+ → \S+ \(\S+\)$", out, re.M)
     assert "summary (scenario done)" in out
-    summary = out.split("── summary", 1)[1]
+    show, summary = out.split("\n── summary", 1)
+    assert [line for line in show.splitlines() if not SHOW.fullmatch(line)] == []
+    assert [line for line in err.splitlines() if not line.startswith("tsm demo: ")] == []
+    assert "Python worker" in (tmp_path / "demo" / "spark.log").read_text()  # not here
     got = Counter(
         {
             (m["event"], m["reason"]): int(m["n"])
@@ -60,7 +73,7 @@ def test_demo_runs_to_the_end_and_summarizes(tmp_path):
 @pytest.mark.parametrize("speed", ["-1", "nan", "inf"])
 def test_a_speed_that_cannot_pace_is_refused_before_anything_starts(tmp_path, speed):
     done = subprocess.run(
-        [sys.executable, "-m", "streaming.cli", "demo", "--speed", speed, "--data-dir", tmp_path],
+        [sys.executable, "-m", "tsm_cli", "demo", "--speed", speed, "--data-dir", tmp_path],
         cwd=REPO,
         capture_output=True,
         timeout=60,

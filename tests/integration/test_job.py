@@ -262,7 +262,7 @@ def write_config(path: Path, topics: Topics, **settings) -> Path:
 
 def tsm_run(bootstrap: str, config: Path, checkpoint: Path, *flags: str) -> subprocess.Popen:
     """`tsm run` as a child in its own process group (so that a kill reaches the JVM)."""
-    command = [sys.executable, "-m", "streaming.cli", "run", "--bootstrap", bootstrap]
+    command = [sys.executable, "-m", "tsm_cli", "run", "--bootstrap", bootstrap]
     command += ["--config", str(config), "--checkpoint", str(checkpoint), *flags]
     env = os.environ | {"PYSPARK_PYTHON": sys.executable}
     log = open(checkpoint.parent / f"run-{time.time():.0f}.log", "wb")  # noqa: SIM115
@@ -274,6 +274,7 @@ def tsm_run(bootstrap: str, config: Path, checkpoint: Path, *flags: str) -> subp
 # -- tests ---------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_end_to_end_equals_replay(bootstrap, new_topic, tmp_path):
     """`tsm run --available-now` = the engine on the same records (one data batch);
     the output topics do not exist yet, and the job creates them as `tsm topics
@@ -298,6 +299,7 @@ def test_end_to_end_equals_replay(bootstrap, new_topic, tmp_path):
     assert len(admin.list_topics(topics.matches, timeout=10).topics[topics.matches].partitions) == 4
 
 
+@pytest.mark.slow
 def test_bad_and_late_records_go_to_dead_letters(spark, bootstrap, new_topic, tmp_path):
     topics = make_topics(new_topic, bootstrap)
     subs, profiles = workload(seed=2, subs=20, profiles=80)
@@ -349,6 +351,7 @@ def test_idle_space_is_cleaned_by_event_time_timers(spark, bootstrap, new_topic,
     assert counters["timers"] >= 1
 
 
+@pytest.mark.slow
 def test_sharded_run_equals_unsharded(spark, bootstrap, new_topic, tmp_path):
     topics = make_topics(new_topic, bootstrap, partitions=2)
     # Spaces named as the cells of `a` (`a#2.8` where it is salted) and as the dead
@@ -509,6 +512,7 @@ def test_kafka_python_clients(spark, bootstrap, new_topic, tmp_path):
     assert got and not keys - {f"u{i}".encode() for i in range(7)}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "flags", [["--exactly-once"], []], ids=["exactly-once", "at-least-once-from-the-operator"]
 )

@@ -1,22 +1,29 @@
-"""`tsm gen` and `tsm bench`: workload files and the matcher benchmark.
+"""`tsm gen` and `tsm bench`: workload files and the benchmarks.
 
 Heavy imports (numpy, rtree, matplotlib, the matcher) happen inside the
-handlers so that `tsm --help` stays fast.
+handlers so that `tsm --help` stays fast. A benchmark writes its results
+(JSON, plots, a README section) to `bench-results/` (git-ignored), to
+`--json FILE`'s folder, or, with `--write-docs`, to the committed `docs/bench/`.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
-import sys
+import logging
 from pathlib import Path
 
+from benchmarks.report import DOCS_DIR, RESULTS_DIR
 from benchmarks.workloads import KINDS
-from streaming.cli import seconds
+from tsm_cli.args import CliError, add_command, seconds
+from tsm_cli.progress import Bar
+
+log = logging.getLogger(__name__)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    gen = subparsers.add_parser(
+    gen = add_command(
+        subparsers,
         "gen",
         help="write a seeded workload (subscriptions.jsonl, profiles.jsonl)",
         description="Write a seeded workload as topic records (SEMANTICS §6): "
@@ -30,20 +37,29 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     gen.add_argument("--out-dir", type=Path, required=True, metavar="DIR")
     gen.set_defaults(handler=_gen)
 
-    bench = subparsers.add_parser(
+    bench = add_command(
+        subparsers,
         "bench",
         help="benchmark the matcher against baselines, or the pipeline",
         description="`matcher`: the DoubleForest against a numpy brute-force scan, "
         "Siena's filters poset and an R-tree on the same workloads; checks that "
-        "all of them return the same matches, prints a table, writes JSON and plots.",
+        "all of them return the same matches, prints a table, writes JSON and plots. "
+        "`pipeline`: the job against no-op pipelines and Spark's stream-stream join. "
+        f"Results go to {RESULTS_DIR}/ unless --json or --write-docs say otherwise.",
     )
     bench.add_argument("target", choices=("matcher", "pipeline"))
     bench.add_argument("--quick", action="store_true", help="small sizes, < 2 minutes")
-    bench.add_argument(
+    where = bench.add_mutually_exclusive_group()
+    where.add_argument(
         "--json",
         type=Path,
         metavar="FILE",
-        help="results file; plots and README.md go next to it (default docs/bench/matcher.json)",
+        help=f"results file; plots and README.md go next to it (default {RESULTS_DIR}/TARGET.json)",
+    )
+    where.add_argument(
+        "--write-docs",
+        action="store_true",
+        help=f"write the committed results: {DOCS_DIR}/TARGET.json, its plots and README.md",
     )
     bench.add_argument(
         "--sizes", type=_sizes, metavar="N,N,…", help="live sizes instead of the plan's"
@@ -62,26 +78,35 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _gen(args: argparse.Namespace) -> int:
-    from benchmarks.workloads import generate, write
-    from streaming.cli import CliError
+    from benchmarks.workloads import build, profile_record, subscription_record, write
 
     if args.subscriptions < 0 or args.profiles < 0:
         raise CliError("--subscriptions and --profiles must not be negative")
-    subs, profiles = generate(args.kind, args.seed, args.subscriptions, args.profiles)
+    total = args.subscriptions + args.profiles
+    log.info(
+        "building the %s workload: %d subscriptions, %d profiles",
+        args.kind,
+        args.subscriptions,
+        args.profiles,
+    )
+    w = build(args.kind, args.seed, args.subscriptions, args.profiles)
+    subs = (subscription_record(w.space, s) for s in w.subscriptions)
+    profiles = (profile_record(w.space, p) for p in w.profiles)
     try:
-        write(args.out_dir, subs, profiles)
+        with Bar("written", unit="records", total=total) as bar:
+            write(args.out_dir, subs, profiles, progress=bar.add)
     except OSError as exc:
         raise CliError(f"cannot write to {args.out_dir}: {exc.strerror}") from exc
-    print(
-        f"wrote {len(subs)} subscription and {len(profiles)} profile records to {args.out_dir}",
-        file=sys.stderr,
+    log.info(
+        "wrote %d subscription and %d profile records to %s",
+        len(w.subscriptions),
+        len(w.profiles),
+        args.out_dir,
     )
     return 0
 
 
 def _bench(args: argparse.Namespace) -> int:
-    from streaming.cli import CliError
-
     if args.budget is not None and args.target != "matcher":
         raise CliError("--budget is for `tsm bench matcher` (the pipeline has its plan's budgets)")
     try:
@@ -90,9 +115,12 @@ def _bench(args: argparse.Namespace) -> int:
         if exc.name != f"benchmarks.bench_{args.target}":
             raise CliError(f"missing dependency for the benchmark: {exc.name}") from exc
         raise CliError(f"`tsm bench {args.target}` is not available in this build") from exc
+    json_path = args.json
+    if args.write_docs:
+        json_path = DOCS_DIR / f"{args.target}.json"
     if args.target == "pipeline":
-        return module.main(quick=args.quick, json_path=args.json, sizes=args.sizes)
-    return module.main(args.quick, args.json, args.sizes, args.workloads, args.budget)
+        return module.main(quick=args.quick, json_path=json_path, sizes=args.sizes)
+    return module.main(args.quick, json_path, args.sizes, args.workloads, args.budget)
 
 
 def _sizes(text: str) -> tuple[int, ...]:

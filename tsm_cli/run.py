@@ -1,34 +1,48 @@
 """`tsm run`: the streaming matcher on Kafka, until stopped or (with --available-now) done.
 
-SIGINT/SIGTERM only set a flag; the query is stopped between micro-batches,
-never inside one (PLATFORM.md: `stop()` during a stateful batch has thrown
-StackOverflowError), and what a batch wrote is committed with its offsets.
+Nothing goes to stdout: the job's output is its Kafka topics. Its log on
+stderr is the human lines (`tsm run: ...`) and the batch log, one JSON
+object per micro-batch (`streaming.listener`). SIGINT/SIGTERM stop it
+between micro-batches (`streaming.stopping`).
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
 import signal
-import sys
-import threading
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING
 
-from streaming.cli import CliError
+from tsm_cli.args import (
+    CliError,
+    add_command,
+    client_options,
+    config_flag,
+    kafka_flag,
+    load_settings,
+    verbosity,
+)
+from tsm_cli.logs import jvm_output_to, spark_log_level
 
-# How often the driver looks at the stop flag and the query's state.
-POLL_SECONDS = 0.1
+if TYPE_CHECKING:
+    from streaming.config import JobConfig
+
+log = logging.getLogger(__name__)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser(
+    p = add_command(
+        subparsers,
         "run",
         help="run the streaming matcher (Spark) on the Kafka topics",
         description="Read subscriptions and profiles from Kafka, match them per space "
         "in a stateful Spark query, write matches and dead letters to Kafka. "
-        "Settings come from --config (tsm.toml); flags override them.",
+        "Settings come from --config (default ./tsm.toml when it exists); flags override them.",
     )
     p.add_argument("--bootstrap", metavar="HOST:PORT", help="Kafka bootstrap address")
-    p.add_argument("--config", metavar="FILE", help="tsm.toml (topics, lateness, sharding, ...)")
+    config_flag(p)
+    kafka_flag(p)
     p.add_argument("--checkpoint", metavar="DIR", help="checkpoint dir (default checkpoints/tsm)")
     p.add_argument(
         "--available-now",
@@ -38,9 +52,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--exactly-once",
-        action="store_true",
+        action=argparse.BooleanOptionalAction,
         default=None,
-        help="transactional output: read_committed consumers see each record once",
+        help="transactional output: read_committed consumers see each record once "
+        "(--no-exactly-once: at least once, whatever the settings say)",
     )
     p.add_argument("--source", choices=("python", "native"), help="Kafka source (default python)")
     p.add_argument("--max-records-per-trigger", type=int, metavar="N", help="records per batch")
@@ -49,14 +64,24 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--lateness", type=int, metavar="MS", help="allowed lateness of event time")
     p.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
+    p.add_argument(
+        "--spark-log",
+        type=Path,
+        metavar="FILE",
+        help="append what Spark's JVM, its Python workers and their Kafka clients print "
+        "by themselves (start-up notices, worker lines, librdkafka) to FILE, not stderr",
+    )
     p.set_defaults(handler=_run)
 
 
-def _run(args: argparse.Namespace) -> int:
-    from streaming.config import ConfigError, load_config
+def settings(args: argparse.Namespace) -> JobConfig:
+    """The job's settings: the settings file, the flags over it."""
+    from streaming.config import ConfigError
 
+    config = load_settings(args)
+    options = client_options(args, config)
     try:
-        config = load_config(args.config).with_overrides(
+        config = config.with_overrides(
             bootstrap=args.bootstrap,
             checkpoint=args.checkpoint,
             exactly_once=args.exactly_once,
@@ -64,16 +89,28 @@ def _run(args: argparse.Namespace) -> int:
             max_records_per_trigger=args.max_records_per_trigger,
             trigger_interval=args.trigger_interval,
             lateness_ms=args.lateness,
+            kafka={key.removeprefix("kafka."): value for key, value in options.items()},
         )
     except ConfigError as exc:
         raise CliError(str(exc)) from None
     if config.bootstrap is None:
         raise CliError("no bootstrap address: give --bootstrap or set bootstrap in tsm.toml")
+    return config
+
+
+def _run(args: argparse.Namespace) -> int:
+    config = settings(args)
     _create_missing_topics(config, _require_broker(config))
-    return run(config, args.master, bool(args.available_now))
+    return run(
+        config,
+        args.master,
+        available_now=bool(args.available_now),
+        verbosity=verbosity(args),
+        spark_log=args.spark_log,
+    )
 
 
-def _require_broker(config: Any) -> set[str]:
+def _require_broker(config: JobConfig) -> set[str]:
     """The broker's topics; a CLI error if no broker answers."""
     from connectors.admin import BadClientSetting, BrokerUnreachable, require_broker
 
@@ -83,7 +120,7 @@ def _require_broker(config: Any) -> set[str]:
         raise CliError(str(exc)) from None
 
 
-def _create_missing_topics(config: Any, existing: set[str]) -> None:
+def _create_missing_topics(config: JobConfig, existing: set[str]) -> None:
     """Create the job's topics that do not exist, as `tsm topics create` does.
 
     Otherwise a missing input reads as empty without a word, and a missing
@@ -102,33 +139,37 @@ def _create_missing_topics(config: Any, existing: set[str]) -> None:
     try:
         created = create_topics(config.bootstrap, wanted, options=config.kafka_options)
     except KafkaException as exc:
-        print(f"tsm run: warning: cannot create the topics {missing}: {exc}", file=sys.stderr)
+        log.warning("cannot create the topics %s: %s", missing, exc)
         return
     for name in (name for name, new in created.items() if new):
-        print(
-            f"tsm run: created topic {name} ({DEFAULT_PARTITIONS} partitions, kept forever)",
-            file=sys.stderr,
-        )
+        log.info("created topic %s (%d partitions, kept forever)", name, DEFAULT_PARTITIONS)
 
 
-def run(config: Any, master: str, available_now: bool) -> int:
+def run(
+    config: JobConfig,
+    master: str,
+    *,
+    available_now: bool,
+    verbosity: int = 0,
+    spark_log: Path | None = None,
+) -> int:
     """Start the query, log each batch, stop between batches on a signal."""
     from pyspark.errors import IllegalArgumentException
 
     from streaming import job
     from streaming.listener import Counters, ProgressLogger, failure_reason, live_counts
+    from streaming.stopping import StopFlag, StopRequested, wait_between_batches
 
-    spark = job.session(config, master, f"tsm run ({config.query_name})")
+    name, level = f"tsm run ({config.query_name})", spark_log_level(verbosity)
+    with jvm_output_to(spark_log):
+        spark = job.session(config, master, name, log_level=level)
     ui = spark.sparkContext.uiWebUrl
     writes = (
         "exactly once (Kafka transactions, for read_committed consumers)"
         if config.exactly_once
         else "at least once (drop duplicates by match_id)"
     )
-    print(
-        f"tsm run: query {config.query_name!r} writes {writes}; Spark UI at {ui or '(disabled)'}",
-        flush=True,
-    )
+    log.info("query %r writes %s; Spark UI at %s", config.query_name, writes, ui or "(disabled)")
     metrics = spark.sparkContext.accumulator({}, Counters())
     listener = ProgressLogger(config.query_name, metrics)
     spark.streams.addListener(listener)
@@ -150,57 +191,7 @@ def run(config: Any, master: str, available_now: bool) -> int:
         spark.stop()
     if error is not None and StopRequested.__name__ not in str(error):
         details = str(error).split("\n=== Streaming Query ===")[0]  # (not the plan)
-        print(f"tsm run: the query failed: {failure_reason(details)}", file=sys.stderr)
-        print(details, file=sys.stderr)
+        log.error("the query failed: %s (-v: Spark's whole report)", failure_reason(details))
+        log.debug("Spark's report: %s", details)
         return 1
     return 130 if stop.signal == signal.SIGINT else 0
-
-
-class StopRequested(Exception):
-    """Raised at the start of a batch's write once a stop is asked (see `StopFlag.guard`)."""
-
-
-class StopFlag:
-    """SIGINT/SIGTERM → a flag (the handlers are restored afterwards).
-
-    With back-to-back triggers there is no idle moment between batches in
-    which to call `stop()`, so `guard` also ends the query at the start of
-    the next batch's write, before any of its tasks (and state) ran: that
-    batch is planned but not committed, and is run again on restart.
-    """
-
-    def __init__(self) -> None:
-        self.event = threading.Event()
-        self.signal: int | None = None
-        self._previous = {s: signal.signal(s, self._set) for s in (signal.SIGINT, signal.SIGTERM)}
-
-    def _set(self, signum: int, _frame: Any) -> None:
-        self.signal = signum
-        self.event.set()
-        print("tsm run: stopping after the current batch", file=sys.stderr, flush=True)
-
-    def guard(self, writer: Any) -> Any:
-        def write(df: Any, batch_id: int) -> None:
-            if self.event.is_set():
-                raise StopRequested(f"stopped before batch {batch_id}; it runs on restart")
-            writer(df, batch_id)
-
-        return write
-
-    def restore(self) -> None:
-        for signum, handler in self._previous.items():
-            signal.signal(signum, handler)
-
-
-def wait_between_batches(query: Any, stop: StopFlag) -> None:
-    """Until the query ends by itself, or stop is asked: then stop it between batches."""
-    from pyspark.errors import StreamingQueryException
-
-    while query.isActive:
-        if stop.event.is_set() and not query.status["isTriggerActive"]:
-            query.stop()
-            break
-        try:
-            query.awaitTermination(POLL_SECONDS)
-        except StreamingQueryException:
-            return  # `run` reports it from query.exception()

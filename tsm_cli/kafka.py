@@ -1,18 +1,37 @@
 """`tsm broker|topics|produce|consume`: the Kafka side of the CLI (CLI.md).
 
 Handlers import the Kafka client only when they run, so that `tsm --help`
-stays fast. Data goes to stdout, reports and progress to stderr.
+stays fast. Stdout carries data only: the records `tsm consume` reads, one
+JSON value a line, and the bootstrap address that `tsm broker start` and
+`tsm broker status` print (the one value a script reads: `B=$(tsm broker
+start)`; `status` prints it when a broker runs, nothing when none does).
+Reports and progress go to stderr.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import logging
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import IO
 
-from connectors.admin import DEFAULT_PARTITIONS
-from streaming.cli import CliError, seconds, whole
+from tsm_cli.args import (
+    CliError,
+    add_command,
+    bootstrap_of,
+    client_options,
+    config_flag,
+    kafka_flag,
+    load_settings,
+    seconds,
+    whole,
+)
+from tsm_cli.progress import Bar
+
+log = logging.getLogger(__name__)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -22,29 +41,29 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     _register_consume(subparsers)
 
 
-def _kafka_flag(parser: argparse.ArgumentParser) -> None:
+def _client_flags(parser: argparse.ArgumentParser) -> None:
+    """--bootstrap, --config and --kafka, as every command talking to Kafka takes them."""
     parser.add_argument(
-        "--kafka",
-        metavar="KEY=VALUE",
-        action="append",
-        help="a librdkafka client setting, e.g. security.protocol=SASL_SSL (repeatable)",
+        "--bootstrap",
+        metavar="HOST:PORT",
+        help="Kafka bootstrap address (default: bootstrap in the settings file)",
     )
+    config_flag(parser)
+    kafka_flag(parser)
 
 
-def _options(args: argparse.Namespace) -> dict[str, str]:
-    """The `--kafka` options, after checking that the broker answers with them."""
+def _connect(args: argparse.Namespace):
+    """(settings, bootstrap, client options), after checking that the broker answers."""
     from connectors.admin import BadClientSetting, BrokerUnreachable, require_broker
-    from connectors.config import parse_cli_options
 
+    config = load_settings(args)
+    bootstrap = bootstrap_of(args, config)
+    options = client_options(args, config)
     try:
-        options = parse_cli_options(args.kafka)
-    except ValueError as exc:
-        raise CliError(f"--kafka: {exc}") from None
-    try:
-        require_broker(args.bootstrap, options)
+        require_broker(bootstrap, options)
     except (BrokerUnreachable, BadClientSetting) as exc:
         raise CliError(str(exc)) from None
-    return options
+    return config, bootstrap, options
 
 
 # --- broker -----------------------------------------------------------------
@@ -53,20 +72,22 @@ def _options(args: argparse.Namespace) -> dict[str, str]:
 def _register_broker(subparsers: argparse._SubParsersAction) -> None:
     from connectors.broker import DEFAULT_DATA_DIR
 
-    parser = subparsers.add_parser(
-        "broker", help="run the embedded Kafka-protocol broker (noida-db)"
+    parser = add_command(
+        subparsers, "broker", help="run the embedded Kafka-protocol broker (noida-db)"
     )
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
-    start = actions.add_parser("start", help="start it in the background; print its address")
+    start = add_command(actions, "start", help="start it in the background; print its address")
     start.add_argument(
         "--port", type=whole(1, 65535), default=9092, help="Kafka port (default 9092)"
     )
     start.add_argument("--timeout", type=seconds, default=15.0, help="readiness wait (s)")
     start.set_defaults(handler=_broker_start)
-    stop = actions.add_parser("stop", help="stop it (SIGTERM: it saves its data)")
+    stop = add_command(actions, "stop", help="stop it (SIGTERM: it saves its data)")
     stop.set_defaults(handler=_broker_stop)
-    status = actions.add_parser(
-        "status", help="say whether it runs, and where (exit status 1 if not)"
+    status = add_command(
+        actions,
+        "status",
+        help="print its address if it runs (exit status 0), nothing if not (exit status 1)",
     )
     status.set_defaults(handler=_broker_status)
     for sub in (start, stop, status):
@@ -87,8 +108,10 @@ def _broker_start(args: argparse.Namespace) -> int:
     except BrokerError as exc:
         raise CliError(str(exc)) from None
     if was_running:
-        print(f"already running (pid {status.pid})", file=sys.stderr)
-    print(status.bootstrap)
+        log.info("already running (pid %s)", status.pid)
+    else:
+        log.info("started (pid %s), data in %s", status.pid, args.data_dir)
+    print(status.bootstrap, flush=True)
     return 0
 
 
@@ -99,7 +122,7 @@ def _broker_stop(args: argparse.Namespace) -> int:
         stopped = stop_broker(args.data_dir)
     except BrokerError as exc:
         raise CliError(str(exc)) from None
-    print("stopped" if stopped else "not running", file=sys.stderr)
+    log.info("stopped" if stopped else "not running")
     return 0
 
 
@@ -108,9 +131,10 @@ def _broker_status(args: argparse.Namespace) -> int:
 
     status = broker_status(args.data_dir)
     if status.running:
-        print(f"running {status.bootstrap} (pid {status.pid})")
+        log.info("running at %s (pid %s)", status.bootstrap, status.pid)
+        print(status.bootstrap, flush=True)
         return 0
-    print("not running")
+    log.info("not running (%s)", args.data_dir)
     return 1
 
 
@@ -118,20 +142,22 @@ def _broker_status(args: argparse.Namespace) -> int:
 
 
 def _register_topics(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("topics", help="manage the tsm topics")
+    from connectors.admin import DEFAULT_PARTITIONS
+
+    parser = add_command(subparsers, "topics", help="manage the tsm topics")
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
-    create = actions.add_parser(
+    create = add_command(
+        actions,
         "create",
         help="create the tsm topics with retention.ms=-1 (existing ones are left as they are)",
     )
-    create.add_argument("--bootstrap", required=True, metavar="HOST:PORT")
+    _client_flags(create)
     create.add_argument(
         "--partitions",
-        type=int,
+        type=whole(1),
         default=DEFAULT_PARTITIONS,
         help=f"partitions per data topic (default {DEFAULT_PARTITIONS})",
     )
-    _kafka_flag(create)
     create.set_defaults(handler=_topics_create)
 
 
@@ -140,14 +166,13 @@ def _topics_create(args: argparse.Namespace) -> int:
 
     from connectors.admin import create_tsm_topics
 
-    if args.partitions < 1:
-        raise CliError("--partitions must be at least 1")
+    config, bootstrap, options = _connect(args)
     try:
-        created = create_tsm_topics(args.bootstrap, args.partitions, options=_options(args))
+        created = create_tsm_topics(bootstrap, args.partitions, config.topics, options)
     except KafkaException as exc:
-        raise CliError(f"cannot create topics on {args.bootstrap}: {exc}") from None
+        raise CliError(f"cannot create topics on {bootstrap}: {exc}") from None
     for name, new in created.items():
-        print(f"{name}: {'created' if new else 'exists'}", file=sys.stderr)
+        log.info("%s: %s", name, "created" if new else "exists")
     return 0
 
 
@@ -155,40 +180,35 @@ def _topics_create(args: argparse.Namespace) -> int:
 
 
 def _register_produce(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "produce", help="send a JSON-lines file to the subscriptions or profiles topic"
+    parser = add_command(
+        subparsers, "produce", help="send a JSON-lines file to the subscriptions or profiles topic"
     )
     parser.add_argument("kind", choices=("subscriptions", "profiles"))
     parser.add_argument("file", metavar="FILE", help="JSON lines; - reads stdin")
-    parser.add_argument("--bootstrap", required=True, metavar="HOST:PORT")
-    parser.add_argument("--topic", help="topic name (default: the kind's tsm topic)")
-    _kafka_flag(parser)
+    _client_flags(parser)
+    parser.add_argument("--topic", help="topic name (default: the kind's topic in the settings)")
     parser.set_defaults(handler=_produce)
 
 
 def _produce(args: argparse.Namespace) -> int:
     from confluent_kafka import KafkaException
 
-    from connectors.config import Topics
-    from connectors.produce import ProduceError, produce_lines, read_lines, terminal_progress
+    from connectors.produce import ProduceError, produce_lines, read_lines
 
-    topic = args.topic or getattr(Topics(), args.kind)
-    progress = terminal_progress(f"producing to {topic}")
+    config, bootstrap, options = _connect(args)
+    topic = args.topic or getattr(config.topics, args.kind)
     try:
-        with _open_input(args.file) as stream:
-            count = produce_lines(
-                args.bootstrap, topic, read_lines(stream), _options(args), progress
-            )
+        with _open_input(args.file) as stream, Bar(f"to {topic}", unit="records") as bar:
+            lines = read_lines(stream)
+            count = produce_lines(bootstrap, topic, lines, options, bar.update_to)
     except (ProduceError, KafkaException) as exc:
         raise CliError(str(exc)) from None
-    if progress is not None:
-        print(file=sys.stderr)
-    print(f"produced {count} records to {topic}", file=sys.stderr)
+    log.info("produced %d records to %s", count, topic)
     return 0
 
 
 @contextlib.contextmanager
-def _open_input(name: str):
+def _open_input(name: str) -> Iterator[IO[bytes]]:
     if name == "-":
         yield sys.stdin.buffer
         return
@@ -204,14 +224,14 @@ def _open_input(name: str):
 
 
 def _register_consume(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "consume", help="print the matches or dead letters as JSON lines"
+    parser = add_command(
+        subparsers, "consume", help="print the matches or dead letters as JSON lines"
     )
     parser.add_argument("kind", choices=("matches", "deadletter"))
-    parser.add_argument("--bootstrap", required=True, metavar="HOST:PORT")
-    parser.add_argument("--topic", help="topic name (default: the kind's tsm topic)")
+    _client_flags(parser)
+    parser.add_argument("--topic", help="topic name (default: the kind's topic in the settings)")
     parser.add_argument("--from-beginning", action="store_true", help="start at the oldest record")
-    parser.add_argument("--max", type=int, metavar="N", help="stop after N records")
+    parser.add_argument("--max", type=whole(0), metavar="N", help="stop after N records")
     parser.add_argument(
         "--timeout",
         type=seconds,
@@ -225,28 +245,25 @@ def _register_consume(subparsers: argparse._SubParsersAction) -> None:
         help="hide records of open and aborted transactions (use with `run --exactly-once`)",
     )
     parser.add_argument("--group", help="consumer group (default: a fresh one per run)")
-    _kafka_flag(parser)
     parser.set_defaults(handler=_consume)
 
 
 def _consume(args: argparse.Namespace) -> int:
     from confluent_kafka import KafkaException
 
-    from connectors.config import Topics
     from connectors.consume import as_json_line, consume_values
 
-    if args.max is not None and args.max < 0:
-        raise CliError("--max must not be negative")
-    topic = args.topic or getattr(Topics(), args.kind)
+    config, bootstrap, options = _connect(args)
+    topic = args.topic or getattr(config.topics, args.kind)
     values = consume_values(
-        args.bootstrap,
+        bootstrap,
         topic,
         from_beginning=args.from_beginning,
         max_records=args.max,
         timeout=args.timeout,
         read_committed=args.read_committed,
         group=args.group,
-        options=_options(args),
+        options=options,
     )
     out = sys.stdout.buffer
     not_json = 0
@@ -261,5 +278,5 @@ def _consume(args: argparse.Namespace) -> int:
         raise CliError(f"reading {topic}: {exc}") from None
     finally:
         if not_json:
-            print(f"note: {not_json} values were not JSON; printed as strings", file=sys.stderr)
+            log.warning("%d values were not JSON; printed as JSON strings", not_json)
     return 0
