@@ -30,3 +30,8 @@ def lists(tiny: bool) -> AbstractContextManager:
         RUN=2,
         RATIO=2,
     )
+
+
+def blocked_from(children: int) -> AbstractContextManager:
+    """Long child lists kept in sorted blocks from `children` on."""
+    return patch.multiple(forest, BLOCKED=children)
