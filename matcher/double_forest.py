@@ -15,10 +15,10 @@ from typing import Any
 
 import numpy as np
 
-from matcher.blocks import ELEMENT, SLICE_RUN, _grow, run_positions
 from matcher.boxes import FILTER_FILL, PROFILE_FILL, Dims
 from matcher.constraints import Conjunction
 from matcher.forest import Forest
+from matcher.forest.list_store import ELEMENT, SLICE_RUN, grown, run_positions
 from matcher.profiles import Profile
 
 ALWAYS = (-np.inf, np.inf)
@@ -124,8 +124,8 @@ class DoubleForest:
             self.n_entries += 1
             if entry >= len(self.e_sub):
                 n = entry + 1
-                self.e_sub, self.e_covers = _grow(self.e_sub, n, 0), _grow(self.e_covers, n, False)
-                self.e_from, self.e_to = _grow(self.e_from, n, 0.0), _grow(self.e_to, n, 0.0)
+                self.e_sub, self.e_covers = grown(self.e_sub, n, 0), grown(self.e_covers, n, False)
+                self.e_from, self.e_to = grown(self.e_from, n, 0.0), grown(self.e_to, n, 0.0)
         self.e_sub[entry], self.e_covers[entry] = slot, covers
         self.e_from[entry], self.e_to[entry] = vf, vt
         return entry
@@ -148,7 +148,7 @@ class DoubleForest:
     def add_profile(self, handle: Any, profile: Profile, valid_from: float, valid_to: float) -> int:
         slot = self.profiles.take(handle)
         n = slot + 1
-        self.p_from, self.p_to = _grow(self.p_from, n, 0.0), _grow(self.p_to, n, 0.0)
+        self.p_from, self.p_to = grown(self.p_from, n, 0.0), grown(self.p_to, n, 0.0)
         self.p_from[slot], self.p_to[slot] = valid_from, valid_to
         self._unindexed[slot] = profile
         return slot
@@ -315,7 +315,7 @@ def _expand_entries(
     pairs. The covers flags only where asked for."""
     order = _grouping(qi)
     qi, nodes = qi[order], nodes[order]
-    counts, entries = forest.entries.gather_counts(nodes, values)
+    counts, entries = forest.entries.gather_counts(nodes, values=values)
     cov = np.repeat(cov[order], counts) if with_cov else None
     return np.repeat(qi.astype(ELEMENT), counts), entries, cov
 

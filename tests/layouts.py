@@ -8,7 +8,7 @@ from __future__ import annotations
 from contextlib import AbstractContextManager, nullcontext
 from unittest.mock import patch
 
-from matcher import forest
+from matcher.forest import covering_tree as forest
 
 
 def lists(tiny: bool) -> AbstractContextManager:

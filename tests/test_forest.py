@@ -12,10 +12,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from matcher import forest as forest_module
 from matcher.constraints import conjunction_of
 from matcher.double_forest import DoubleForest
 from matcher.forest import ROOT, Forest
+from matcher.forest import covering_tree as forest_module
 from matcher.profiles import Profile
 from matcher.where import parse_where
 from tests import layouts, oracle

@@ -3,7 +3,7 @@
 A node is one distinct key (a filter, or a profile box) with the entries that
 share it; every node is covered by its parent and the roots are covered by
 no other node (the minimal cover set). Numeric boxes of all nodes live in
-two (column × node) arrays, and children and entries in `BlockStore`s, so a
+two (column × node) arrays, and children and entries in `ListStore`s, so a
 descent tests every (query, node) candidate pair of a level in one vector
 operation and expands the survivors to their children in a few more.
 """
@@ -14,8 +14,8 @@ from collections.abc import Callable, Hashable, Iterator
 
 import numpy as np
 
-from matcher.blocks import BlockStore, _grow, run_positions
 from matcher.boxes import Dims
+from matcher.forest.list_store import ListStore, grown, run_positions
 
 ROOT = 0  # the list id of the root set; node ids start at 1
 WIDE = 32  # a child list this long is tested by broadcasting
@@ -104,8 +104,8 @@ class Forest:
         self.keys: list[Hashable | None] = [None]
         self.by_key: dict[Hashable, int] = {}
         self.free: list[int] = []
-        self.children = BlockStore()
-        self.entries = BlockStore(entry_values)
+        self.children = ListStore()
+        self.entries = ListStore(with_values=entry_values)
         # Long child lists (the root set above all) mirrored as contiguous
         # (columns × children) bounds in the list's own order, kept up to date
         # on every attach and detach, so scanning them is a brute-force scan.
@@ -197,9 +197,9 @@ class Forest:
             if node >= self.lo.shape[1]:
                 cap = 2 * self.lo.shape[1]
                 self._resize(self.lo.shape[0], cap)
-                self.pure = _grow(self.pure, cap, False)
-                self.exact = _grow(self.exact, cap, False)
-                self.parent = _grow(self.parent, cap, 0)
+                self.pure = grown(self.pure, cap, False)
+                self.exact = grown(self.exact, cap, False)
+                self.parent = grown(self.parent, cap, 0)
         self.lo[:, node], self.hi[:, node] = self.fill
         for col, (a, b) in bounds.items():
             self.lo[col, node], self.hi[col, node] = a, b
@@ -385,7 +385,7 @@ class Forest:
         has = counts > 0
         if has.any():
             n = counts[has]
-            kids = self.children.data[run_positions(self.children.start[nodes[has]], n)]
+            kids = self.children.elements[run_positions(self.children.start[nodes[has]], n)]
             at = np.cumsum(n) - n
             lo[:, has] = np.maximum(lo[:, has], np.maximum.reduceat(self.core_lo[:, kids], at, 1))
             hi[:, has] = np.minimum(hi[:, has], np.minimum.reduceat(self.core_hi[:, kids], at, 1))
