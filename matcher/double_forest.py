@@ -257,7 +257,9 @@ class DoubleForest:
             conj = forest.keys[node]
             return conj.overlaps(profiles[q]), conj.covers(profiles[q])
 
-        return forest.descend(q_lo, q_hi, np.zeros(len(profiles), dtype=bool), exact, qaf=False)
+        return forest.descend(
+            q_lo, q_hi, np.zeros(len(profiles), dtype=bool), exact, queries_are_filters=False
+        )
 
     def match_subscriptions(
         self, queries: list[tuple[list[Conjunction], bool, float, float]]
@@ -286,7 +288,7 @@ class DoubleForest:
 
         covers, start, end = np.array([q[1:] for q in queries], dtype=float).reshape(-1, 3).T
         forest.need_covers = bool(covers.any())
-        di, nodes, cov = forest.descend(q_lo, q_hi, q_exact, exact, qaf=True)
+        di, nodes, cov = forest.descend(q_lo, q_hi, q_exact, exact, queries_are_filters=True)
         di, slots, cov = _expand_entries(forest, di, nodes, cov, bool(covers.any()))
         qi = np.take(owner, di)
         n = len(self.profiles.handles)

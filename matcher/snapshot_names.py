@@ -16,12 +16,29 @@ class's own `__setstate__` (if any) or the default sets them.
 
 PICKLED_RENAMES: dict[tuple[str, str], tuple[str, str]] = {
     ("matcher.forest", "Forest"): ("matcher.forest.covering_tree", "Forest"),
-    ("matcher.forest", "_Mirror"): ("matcher.forest.covering_tree", "_Mirror"),
-    ("matcher.forest", "_Points"): ("matcher.forest.covering_tree", "_Points"),
+    ("matcher.forest", "_Mirror"): ("matcher.forest.wide_list", "WideList"),
+    ("matcher.forest", "_Points"): ("matcher.forest.point_columns", "PointColumns"),
     ("matcher.blocks", "BlockStore"): ("matcher.forest.list_store", "ListStore"),
 }
 
 PICKLED_ATTRIBUTE_RENAMES: dict[tuple[str, str], dict[str, str | None]] = {
+    ("matcher.forest.covering_tree", "Forest"): {
+        "_wide": "wide_lists",
+        "_plan": None,  # (a descent's state, left on the forest after one)
+    },
+    ("matcher.forest.wide_list", "WideList"): {
+        "n": "count",
+        "blo": "block_lo",
+        "bhi": "block_hi",
+        "ilo": "inner_lo",
+        "ihi": "inner_hi",
+        "nblocks": "block_count",
+        "block": "block_size",
+        "tried": "sort_tried_at",
+        "widened": "widenings",
+        "pts": "point_columns",
+        "spread": "non_points",
+    },
     ("matcher.forest.list_store", "ListStore"): {
         "data": "elements",
         "vals": "values",
