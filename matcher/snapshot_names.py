@@ -22,6 +22,14 @@ PICKLED_RENAMES: dict[tuple[str, str], tuple[str, str]] = {
 }
 
 PICKLED_ATTRIBUTE_RENAMES: dict[tuple[str, str], dict[str, str | None]] = {
+    ("matcher.double_forest", "DoubleForest"): {
+        "e_sub": "entry_slot",
+        "e_covers": "entry_covers",
+        "e_from": "entry_from",
+        "e_to": "entry_to",
+        "p_from": "profile_from",
+        "p_to": "profile_to",
+    },
     ("matcher.forest.covering_tree", "Forest"): {
         "_wide": "wide_lists",
         "_plan": None,  # (a descent's state, left on the forest after one)
