@@ -124,14 +124,9 @@ class Descent:
         narrow = ~wide
         parts = [self._gathered(queries[narrow], nodes[narrow], accept_children[narrow])]
         if wide.any():
-            wide_queries, wide_nodes, wide_accept = (
-                queries[wide],
-                nodes[wide],
-                accept_children[wide],
-            )
-            order = np.argsort(wide_nodes, kind="stable")
-            wide_queries, wide_nodes = wide_queries[order], wide_nodes[order]
-            wide_accept = wide_accept[order]
+            order = np.flatnonzero(wide)[np.argsort(nodes[wide], kind="stable")]
+            wide_queries, wide_nodes = queries[order], nodes[order]
+            wide_accept = accept_children[order]
             distinct, starts = np.unique(wide_nodes, return_index=True)
             ends = np.append(starts[1:], len(wide_nodes))
             for node, start, end in zip(
@@ -157,7 +152,7 @@ class Descent:
             # the reorder moved the children; the bound views follow the wide list
             children = forest.children.items(node)
         accepting = bool(accept_children.any())
-        rows, cols = [], []
+        query_positions, child_positions = [], []  # (into `queries`, into `children`)
         if blocks:
             block_queries, hit_blocks = meeting_pairs(
                 wide.block_lo[:, :blocks],
@@ -181,7 +176,7 @@ class Descent:
             firsts = hit_blocks[np.r_[0, cut]].tolist() if len(hit_blocks) else []
             for part, block in zip(np.split(block_queries, cut), firsts, strict=False):
                 at = block * size
-                r, k = meeting_pairs(
+                in_part, in_block = meeting_pairs(
                     lo[:, at : at + size],
                     hi[:, at : at + size],
                     queries[part],
@@ -190,23 +185,28 @@ class Descent:
                     plan,
                 )
                 if accepting:
-                    r, k = with_every_box(r, k, np.flatnonzero(accept_children[part]), size)
-                rows.append(part[r])
-                cols.append(k + at)
-        tail = blocks * wide.block_size if blocks else 0
+                    everywhere = np.flatnonzero(accept_children[part])
+                    in_part, in_block = with_every_box(in_part, in_block, everywhere, size)
+                query_positions.append(part[in_part])
+                child_positions.append(in_block + at)
+        tail = blocks * wide.block_size if blocks else 0  # (`in_tail`: positions from here)
         points = wide.sorted_points() if self.queries_are_filters and wide and not blocks else None
         if points is None:
-            r, k = meeting_pairs(lo[:, tail:], hi[:, tail:], queries, query_lo, query_hi, plan)
+            found = meeting_pairs(lo[:, tail:], hi[:, tail:], queries, query_lo, query_hi, plan)
+            at_query, in_tail = found
         else:
-            r, k, rest = points.hits(lo, queries, query_lo, query_hi, plan.constrains)
-            r2, k2 = meeting_pairs(lo, hi, queries[rest], query_lo, query_hi, plan)
-            r, k = np.concatenate([r, rest[r2]]), np.concatenate([k, k2])
+            at_query, in_tail, rest = points.hits(lo, queries, query_lo, query_hi, plan.constrains)
+            in_rest, rest_child = meeting_pairs(lo, hi, queries[rest], query_lo, query_hi, plan)
+            at_query = np.concatenate([at_query, rest[in_rest]])
+            in_tail = np.concatenate([in_tail, rest_child])
         if accepting:
-            r, k = with_every_box(r, k, np.flatnonzero(accept_children), len(children) - tail)
-        rows.append(r)
-        cols.append(k + tail)
-        r, k = np.concatenate(rows), np.concatenate(cols)
-        pair_queries, pair_nodes, accepted = queries[r], children[k], accept_children[r]
+            everywhere = np.flatnonzero(accept_children)
+            at_query, in_tail = with_every_box(at_query, in_tail, everywhere, len(children) - tail)
+        query_positions.append(at_query)
+        child_positions.append(in_tail + tail)
+        at_query, at_child = np.concatenate(query_positions), np.concatenate(child_positions)
+        pair_queries, pair_nodes = queries[at_query], children[at_child]
+        accepted = accept_children[at_query]
         return pair_queries, pair_nodes, self._covers(pair_queries, pair_nodes, accepted), accepted
 
     def _gathered(self, queries: Ids, nodes: Ids, accept_children: Mask) -> Pairs:

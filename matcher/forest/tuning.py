@@ -14,8 +14,8 @@ WIDE = 32  # a child list this long keeps its bounds contiguous (a `WideList`) a
 BROADCAST_CELLS = 4096  # ... if that matrix has at least this many cells
 CHUNK = 1 << 18  # (query × child) matrix cells tested at once (they stay in cache)
 SPARSE = 32  # a matrix under 1/SPARSE true: the rest of its columns are tested pair
-# by pair on the survivors (a pair costs 4 gathers a column, about what 20-30
-# cells of a matrix cost)
+# by pair on the survivors (a pair costs a few gathers a column, as much as a few
+# dozen cells of a matrix)
 FEW = 4096  # boxes tested against one box in one matrix op; more, column by column,
 # each column on the survivors of the one before ...
 FEW_GATHERED = 256  # ... and from this many when the boxes are gathered by position
