@@ -23,6 +23,11 @@ import pytest
 import zstandard
 
 from matcher.constraints import Conjunction
+from matcher.double_forest import DoubleForest
+from matcher.forest import ROOT, Forest
+from matcher.forest.list_store import ListStore
+from matcher.forest.point_columns import PointColumns
+from matcher.forest.wide_list import WideList
 from matcher.profiles import Profile
 from matcher.snapshot_names import PICKLED_ATTRIBUTE_RENAMES, PICKLED_RENAMES
 from tests import layouts
@@ -91,6 +96,7 @@ def test_a_snapshot_of_an_earlier_version_matches_like_a_fresh_matcher(name):
         loaded, fresh = _load(name), build(name)
         assert loaded.subs.keys() == fresh.subs.keys()
         assert loaded.profiles.keys() == fresh.profiles.keys()
+        _holds_what_it_stands_for(name, loaded.forest)
         _, after = steps(name)
         for batch in after:
             events = loaded.apply_batch(batch)
@@ -102,3 +108,20 @@ def test_a_snapshot_of_an_earlier_version_matches_like_a_fresh_matcher(name):
             assert len(getattr(loaded.forest, side)) == len(getattr(fresh.forest, side))
         if name != "uniform":  # (its 1,400 roots take 10 s to check pair by pair)
             loaded.forest.check_invariants()
+
+
+def _holds_what_it_stands_for(name: str, loaded: DoubleForest) -> None:
+    """The loaded state has the parts whose layout changed (so the comparison
+    after it reads them), each of its class as this version names it."""
+    forests = (loaded.sub_forest, loaded._profile_forest)
+    assert all(type(forest) is Forest for forest in forests)
+    assert all(type(forest.children) is ListStore for forest in forests)
+    wide = loaded.sub_forest.wide_lists[ROOT]
+    assert type(wide) is WideList
+    if name == "uniform":  # a root list in blocks, with removals' widenings pending
+        assert wide.block_count and wide.moved and loaded.sub_forest._stale
+    if name == "siena":  # a list of point profiles with its sorted columns
+        points = loaded._profile_forest.wide_lists[ROOT].point_columns
+        assert type(points) is PointColumns
+    if name == "nested":  # profiles not yet in the profile forest
+        assert loaded._unindexed
