@@ -40,6 +40,7 @@ class Dims:
         return len(self.columns)
 
     def column(self, attr: str, kind: str) -> int:
+        """The column of (attribute, type), added if new. O(1)."""
         key = (attr, kind)
         col = self.columns.get(key)
         if col is None:
@@ -47,21 +48,23 @@ class Dims:
         return col
 
     def code(self, text: str) -> float:
+        """The code of a string value, interned if new. O(1)."""
         code = self.codes.get(text)
         if code is None:
             code = self.codes[text] = len(self.codes)
         return float(code)
 
     def filter_box(
-        self, conj: Conjunction, grow: bool = True
+        self, conj: Conjunction, *, grow: bool = True
     ) -> tuple[dict[int, tuple[float, float]], bool] | None:
-        """Bounds per constrained column, and whether the box is exact; None if
-        the filter constrains a column these dims lack and may not `grow`."""
+        """Bounds per constrained column, and whether the box is exact (only a
+        necessary condition: the exact test must run); None if the filter
+        constrains a column these dims lack and may not `grow`. O(constraints)."""
         bounds: dict[int, tuple[float, float]] = {}
         exact = False
         columns = self.columns
-        for attr, c in conj.constraints.items():
-            kind = c.type
+        for attr, constraint in conj.constraints.items():
+            kind = constraint.type
             if kind is None:
                 exact = True
                 continue
@@ -70,51 +73,51 @@ class Dims:
                 if not grow:
                     return None
                 col = self.column(attr, kind)
-            if kind == NUM and c.allowed is None:  # the common range, inline
-                lo = -MAX if c.lo is None else max(c.lo, -MAX)
-                hi = MAX if c.hi is None else min(c.hi, MAX)
+            if kind == NUM and constraint.allowed is None:  # the common range, inline
+                lo = -MAX if constraint.lo is None else max(constraint.lo, -MAX)
+                hi = MAX if constraint.hi is None else min(constraint.hi, MAX)
                 bounds[col] = (lo, hi)
-                exact = exact or bool(c.excluded)
+                exact = exact or bool(constraint.excluded)
                 continue
-            lo, hi, is_exact = self._bounds(c)
+            lo, hi, is_exact = self._bounds(constraint)
             bounds[col] = (max(lo, -MAX), min(hi, MAX))
             exact = exact or not is_exact
         return bounds, exact
 
-    def _bounds(self, c: Constraint) -> tuple[float, float, bool]:
-        if c.allowed is not None:
-            if c.type == STR:
-                values = [self.code(v) for v in c.allowed]
+    def _bounds(self, constraint: Constraint) -> tuple[float, float, bool]:
+        if constraint.allowed is not None:
+            if constraint.type == STR:
+                values = [self.code(v) for v in constraint.allowed]
             else:
-                values = [float(v) for v in c.allowed]
+                values = [float(v) for v in constraint.allowed]
             lo, hi = min(values), max(values)
-            return lo, hi, len(values) == 1 or c.type == BOOL
-        if c.type == NUM:
-            lo = -MAX if c.lo is None else c.lo
-            hi = MAX if c.hi is None else c.hi
-            return lo, hi, not c.excluded
+            return lo, hi, len(values) == 1 or constraint.type == BOOL
+        if constraint.type == NUM:
+            lo = -MAX if constraint.lo is None else constraint.lo
+            hi = MAX if constraint.hi is None else constraint.hi
+            return lo, hi, not constraint.excluded
         return -MAX, MAX, False  # string ranges and patterns: presence only
 
-    def profile_box(self, profile: Profile, grow: bool = True) -> dict[int, tuple[float, float]]:
+    def profile_box(self, profile: Profile, *, grow: bool = True) -> dict[int, tuple[float, float]]:
         """Bounds per column of the profile's attributes; without `grow`, only of
-        those these dims have (no filter asks about the others)."""
+        those these dims have (no filter asks about the others). O(attributes)."""
         bounds: dict[int, tuple[float, float]] = {}
         columns = self.columns
-        for attr, v in profile.attrs.items():
-            kind = NUM if isinstance(v, tuple) else BOOL if isinstance(v, bool) else STR
+        for attr, value in profile.attrs.items():
+            kind = NUM if isinstance(value, tuple) else BOOL if isinstance(value, bool) else STR
             col = columns.get((attr, kind))
             if col is None:
                 if not grow:
                     continue
                 col = self.column(attr, kind)
             if kind == NUM:
-                bounds[col] = v
+                bounds[col] = value
             elif kind == BOOL:
-                bounds[col] = (float(v), float(v))
+                bounds[col] = (float(value), float(value))
             else:
-                code = self.codes.get(v)
+                code = self.codes.get(value)
                 if code is None:
-                    code = self.code(v)
+                    code = self.code(value)
                 bounds[col] = (float(code), float(code))
         return bounds
 
@@ -122,14 +125,14 @@ class Dims:
         self, boxes: list[dict[int, tuple[float, float]]], fill: tuple[float, float]
     ) -> tuple[np.ndarray, np.ndarray]:
         """Many boxes as (columns × boxes) bound arrays, column-major like the
-        forests' (filled as Python lists: item assignment into numpy costs
-        several times more)."""
-        d, n = len(self.columns), len(boxes)
-        lo, hi = [fill[0]] * (d * n), [fill[1]] * (d * n)
+        forests', `fill` where a box has no bound. O(columns × boxes), filled
+        as Python lists (item assignment into numpy costs several times more)."""
+        columns, n = len(self.columns), len(boxes)
+        lo, hi = [fill[0]] * (columns * n), [fill[1]] * (columns * n)
         for i, bounds in enumerate(boxes):
-            for col, (a, b) in bounds.items():
-                lo[col * n + i], hi[col * n + i] = a, b
-        return np.array(lo).reshape(d, n), np.array(hi).reshape(d, n)
+            for col, (low, high) in bounds.items():
+                lo[col * n + i], hi[col * n + i] = low, high
+        return np.array(lo).reshape(columns, n), np.array(hi).reshape(columns, n)
 
 
 FILTER_FILL = (-INF, INF)

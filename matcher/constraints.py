@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -243,16 +244,20 @@ class Constraint:
         return " ".join(parts) or f"is {self.type}"
 
 
-def _tighter(a, a_open, b, b_open, pick):
-    if a is None:
-        return b, b_open
-    if b is None or a == b:
-        return a, a_open or (b_open if a == b else False)
-    chosen = pick(a, b)
-    return chosen, a_open if chosen == a else b_open
+def _tighter(
+    bound: Any, is_open: bool, other: Any, other_open: bool, pick: Callable[[Any, Any], Any]
+) -> tuple[Any, bool]:
+    """The tighter of two bounds on one side (`pick`: max for lows, min for
+    highs) with whether it is open; None is no bound."""
+    if bound is None:
+        return other, other_open
+    if other is None or bound == other:
+        return bound, is_open or (other_open if bound == other else False)
+    chosen = pick(bound, other)
+    return chosen, is_open if chosen == bound else other_open
 
 
-def _strongest(patterns: tuple[str, ...], implies) -> tuple[str, ...]:
+def _strongest(patterns: tuple[str, ...], implies: Callable[[str, str], bool]) -> tuple[str, ...]:
     """Drop the patterns that another one implies (`implies(q, p)`: q makes p redundant)."""
     kept: list[str] = []
     for p in sorted(set(patterns)):

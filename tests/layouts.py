@@ -8,7 +8,7 @@ from __future__ import annotations
 from contextlib import AbstractContextManager, nullcontext
 from unittest.mock import patch
 
-from matcher import forest
+from matcher.forest import tuning
 
 
 def lists(tiny: bool) -> AbstractContextManager:
@@ -16,7 +16,7 @@ def lists(tiny: bool) -> AbstractContextManager:
     if not tiny:
         return nullcontext()
     return patch.multiple(
-        forest,
+        tuning,
         WIDE=2,
         BROADCAST_CELLS=4,
         CHUNK=3,
@@ -30,3 +30,8 @@ def lists(tiny: bool) -> AbstractContextManager:
         RUN=2,
         RATIO=2,
     )
+
+
+def blocked_from(children: int) -> AbstractContextManager:
+    """Long child lists kept in sorted blocks from `children` on."""
+    return patch.multiple(tuning, BLOCKED=children)

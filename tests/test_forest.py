@@ -12,10 +12,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from matcher import forest as forest_module
 from matcher.constraints import conjunction_of
 from matcher.double_forest import DoubleForest
-from matcher.forest import ROOT, Forest
+from matcher.forest import ROOT, Forest, box_kernels, tuning
+from matcher.forest.point_columns import PointColumns
 from matcher.profiles import Profile
 from matcher.where import parse_where
 from tests import layouts, oracle
@@ -402,8 +402,8 @@ def test_inserts_sort_long_root_lists_into_runs(seed):
                 slot = rng.choice(sorted(subs))
                 df.remove_subscription(slot)
                 del subs[slot]
-            mirror = df.sub_forest._wide.get(ROOT)
-            merged = merged or bool(mirror and len(mirror.runs) > 2)
+            wide = df.sub_forest.wide_lists.get(ROOT)
+            merged = merged or bool(wide and len(wide.runs) > 2)
             if i % 50 == 49:
                 df.check_invariants()
                 _probe(df, subs, profiles, [(box, False)])
@@ -446,16 +446,17 @@ def _drawn_filters(data, max_boxes: int):
 @settings(max_examples=200, deadline=None, print_blob=True)
 @given(st.data())
 def test_filter_queries_meet_every_box_they_meet_whatever_the_chunks(data):
-    """`_hits` with a column plan (filter queries, each leaving some columns open)
+    """`meeting_pairs` with a column plan (filter queries, each leaving some columns open)
     against a list of boxes, for every chunk size and both list paths: the pairs
     of a brute-force test, each once. Chunks of the long path pack whole sets
     of same-column queries, their columns united."""
     rng, n, (q_lo, q_hi, open_, qs) = _drawn_filters(data, 40)
     lo = rng.integers(0, 10, (q_lo.shape[0], n)).astype(float)
     hi = lo + rng.integers(0, 4, (q_lo.shape[0], n))
-    tuning = {"CHUNK": data.draw(st.integers(1, 80)), "BLOCKED": data.draw(st.integers(1, 50))}
-    with patch.multiple(forest_module, **tuning):
-        r, k = forest_module._hits(lo, hi, qs, q_lo, q_hi, forest_module._column_plan(q_lo, q_hi))
+    shrunk = {"CHUNK": data.draw(st.integers(1, 80)), "BLOCKED": data.draw(st.integers(1, 50))}
+    with patch.multiple(tuning, **shrunk):
+        plan = box_kernels.column_plan(q_lo, q_hi)
+        r, k = box_kernels.meeting_pairs(lo, hi, qs, q_lo, q_hi, plan)
     got = list(zip(qs[r].tolist(), k.tolist(), strict=True))
     meet = (q_lo[:, :, None] <= hi[:, None, :]) & (lo[:, None, :] <= q_hi[:, :, None])
     expected = {(int(q), b) for q in qs for b in range(n) if meet[:, q, b].all()}
@@ -466,7 +467,7 @@ def test_filter_queries_meet_every_box_they_meet_whatever_the_chunks(data):
 def test_chunks_hold_whole_sets_where_they_fit(sizes, step):
     cuts = np.cumsum(sizes).tolist()
     n = cuts.pop() if cuts else 0
-    chunks = list(forest_module._packed(cuts, n, step))
+    chunks = list(box_kernels.packed_chunks(cuts, n, step))
     assert [a for a, _ in chunks] == [0, *[b for _, b in chunks]][: len(chunks)]
     assert (chunks[-1][1] if chunks else 0) == n
     assert all(0 < b - a <= step for a, b in chunks)
@@ -478,7 +479,7 @@ def test_chunks_hold_whole_sets_where_they_fit(sizes, step):
 @settings(max_examples=200, deadline=None, print_blob=True)
 @given(st.data())
 def test_point_lists_give_filters_the_pairs_a_scan_gives(data):
-    """`_Points.hits` on a list of point boxes, some columns missing ([inf, -inf]):
+    """`PointColumns.hits` on a list of point boxes, some columns missing ([inf, -inf]):
     the pairs of the filters it takes (their narrowest column run, tested on
     their other columns) plus a brute-force test of the ones it leaves are the
     pairs of a brute-force test of all, each once."""
@@ -489,10 +490,8 @@ def test_point_lists_give_filters_the_pairs_a_scan_gives(data):
     lo[missing], hi[missing] = np.inf, -np.inf
     q_hi[(rng.random(q_hi.shape) < 0.2) & ~open_] = np.inf  # (x > a: open above)
     share = data.draw(st.sampled_from([1, 2, 8, 10**6]))
-    with patch.multiple(forest_module, POINT_SHARE=share):
-        r, k, rest = forest_module._Points(lo).hits(
-            lo, qs, q_lo, q_hi, (q_lo > -np.inf) | (q_hi < np.inf)
-        )
+    with patch.multiple(tuning, POINT_SHARE=share):
+        r, k, rest = PointColumns(lo).hits(lo, qs, q_lo, q_hi, (q_lo > -np.inf) | (q_hi < np.inf))
     meet = (q_lo[:, :, None] <= hi[:, None, :]) & (lo[:, None, :] <= q_hi[:, :, None])
     got = list(zip(qs[r].tolist(), k.tolist(), strict=True))
     taken = set(qs.tolist()) - set(qs[rest].tolist())
@@ -523,7 +522,7 @@ RANGES = st.dictionaries(
     st.sampled_from([1, 2, 10**6]),
 )
 def test_point_profiles_match_filters_like_brute_force(steps, probes, share):
-    with layouts.lists(True), patch.multiple(forest_module, FINITE_SHARE=1.1, POINT_SHARE=share):
+    with layouts.lists(True), patch.multiple(tuning, FINITE_SHARE=1.1, POINT_SHARE=share):
         df, profiles = DoubleForest(), {}
         for i, (op, point, pick) in enumerate(steps):
             if op == "p":
@@ -546,14 +545,14 @@ def test_point_profiles_match_filters_like_brute_force(steps, probes, share):
     ("n", "buffer"), [(1, 256), (40, 256), (512, 512), (1000, 512), (100_000, 8192)]
 )
 def test_matrix_tests_leave_numpy_buffer_size_as_they_found_it(n, buffer):
-    """`_Rows` changes numpy's (context-wide) ufunc buffer size only while a
+    """`RowBuffer` changes numpy's (context-wide) ufunc buffer size only while a
     matrix test runs, even when the test fails."""
     lo, hi = np.zeros((2, n)), np.ones((2, n))
     q_lo, q_hi = np.full((2, 3), 0.5), np.full((2, 3), 0.7)
     before = np.getbufsize()
-    cells = forest_module._meet_cells(lo, hi, np.arange(3), q_lo, q_hi, [0, 1])
+    cells = box_kernels.meeting_cells(lo, hi, np.arange(3), q_lo, q_hi, [0, 1])
     assert len(cells) == 3 * n and np.getbufsize() == before
-    with pytest.raises(IndexError), forest_module._Rows(n):
+    with pytest.raises(IndexError), box_kernels.RowBuffer(n):
         assert np.getbufsize() == buffer
         raise IndexError
     assert np.getbufsize() == before
@@ -590,7 +589,7 @@ def test_a_snapshot_from_before_lazy_profiles_loads():
 
 
 def test_a_snapshot_from_before_lazy_block_bounds_loads():
-    """A long root list pickled by the earlier layout (its mirror without `moved`:
+    """A long root list pickled by the earlier layout (its wide list without `moved`:
     block boxes widened at each removal) loads, and removes and answers as before."""
     with layouts.lists(True):
         df, subs = DoubleForest(), {}
@@ -598,13 +597,13 @@ def test_a_snapshot_from_before_lazy_block_bounds_loads():
             c = conj(f"x >= {i} AND x <= {i + 3} AND y >= {i % 7} AND y <= {i % 7 + 1}")
             subs[df.add_subscription(i, [c], False, 0, OPEN)] = c
         df.sub_forest.settle()
-        mirror = df.sub_forest._wide[ROOT]
-        assert mirror.nblocks
-        state = {name: getattr(mirror, name) for name in type(mirror).__slots__}
+        wide = df.sub_forest.wide_lists[ROOT]
+        assert wide.block_count
+        state = {name: getattr(wide, name) for name in type(wide).__slots__}
         del state["moved"]
-        old = type(mirror).__new__(type(mirror))
-        old.__setstate__((None, state))  # (what pickle hands an earlier version's mirror)
-        df.sub_forest._wide[ROOT] = old
+        old = type(wide).__new__(type(wide))
+        old.__setstate__((None, state))  # (what pickle hands an earlier version's list)
+        df.sub_forest.wide_lists[ROOT] = old
         loaded = pickle.loads(pickle.dumps(df))
         for slot in sorted(subs)[::3]:
             loaded.remove_subscription(slot)

@@ -1,4 +1,4 @@
-"""`BlockStore` against a dict of lists, through growth, removal and compaction."""
+"""`ListStore` against a dict of lists, through growth, removal and compaction."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from matcher.blocks import BlockStore
+from matcher.forest.list_store import ListStore
 
 OPS = st.lists(
     st.tuples(
@@ -20,13 +20,13 @@ OPS = st.lists(
 
 @settings(max_examples=60, deadline=None)
 @given(OPS, st.booleans())
-def test_blockstore_matches_a_model(ops, long_runs):
-    store = BlockStore(with_values=True)
+def test_list_store_matches_a_model(ops, long_runs):
+    store = ListStore(with_values=True)
     model: dict[int, list[int]] = {}
     where: dict[int, int] = {}
     for op, lst, elem in ops:
         if long_runs:
-            lst %= 2  # few lists with many elements: the block-copy gather
+            lst %= 2  # few lists with many elements: the region-copy gather
         if op == "add" and elem not in where:
             store.add(lst, elem, 1000 + elem)
             model.setdefault(lst, []).append(elem)
@@ -35,7 +35,7 @@ def test_blockstore_matches_a_model(ops, long_runs):
             assert store.remove(elem) == where[elem]
             model[where.pop(elem)].remove(elem)
         elif op == "compact":
-            store._compact()  # normally when half the array is abandoned blocks
+            store._compact()  # normally when half the array is abandoned regions
         elif op == "release" and lst in model and not model[lst]:
             store.release(lst)
             del model[lst]
