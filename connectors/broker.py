@@ -21,16 +21,13 @@ from importlib.resources import files
 from pathlib import Path
 
 from connectors.config import confluent_config
+from connectors.errors import BrokerError
 
 DEFAULT_DATA_DIR = Path(".tsm/broker")
 PID_FILE = "tsm-broker.json"
 LOG_FILE = "broker.log"
 # The binary links against GLIBC_2.39 weakly and says so on every start.
 _HARMLESS = "GLIBC_2.39"
-
-
-class BrokerError(RuntimeError):
-    """The broker cannot be started, reached or stopped; the message says why."""
 
 
 @dataclass(frozen=True)

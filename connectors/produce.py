@@ -15,11 +15,8 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from connectors.config import confluent_config, producer_config
+from connectors.errors import ProduceError
 from matcher.records import as_name
-
-
-class ProduceError(RuntimeError):
-    """The broker did not acknowledge some records; the message says how many and why."""
 
 
 def record_key(line: bytes) -> bytes | None:
