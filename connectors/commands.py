@@ -170,7 +170,8 @@ def _produce(args: argparse.Namespace) -> int:
     from confluent_kafka import KafkaException
 
     from connectors.config import Topics
-    from connectors.produce import ProduceError, produce_lines, read_lines, terminal_progress
+    from connectors.errors import ConnectorError
+    from connectors.produce import produce_lines, read_lines, terminal_progress
 
     topic = args.topic or getattr(Topics(), args.kind)
     progress = terminal_progress(f"producing to {topic}")
@@ -179,7 +180,7 @@ def _produce(args: argparse.Namespace) -> int:
             count = produce_lines(
                 args.bootstrap, topic, read_lines(stream), _options(args), progress
             )
-    except (ProduceError, KafkaException) as exc:
+    except (ConnectorError, KafkaException) as exc:
         raise CliError(str(exc)) from None
     if progress is not None:
         print(file=sys.stderr)
