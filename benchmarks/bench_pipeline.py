@@ -2,7 +2,7 @@
 
 On one embedded broker and one local Spark session, for each size of live
 subscriptions, the contenders read the same topics and write to Kafka the same
-way (`connectors.kafka_sink`; the operator's contenders from the operator, as
+way (`connectors.outlet`: the operator's contenders from the operator, as
 the job does in its default at-least-once mode, the native join through the
 foreachBatch sink):
 
@@ -162,7 +162,7 @@ def trickle(profiles: list[bytes], n: int, prefix: str) -> list[bytes]:
 
 class ForwardProcessor(StatefulProcessor):
     """The no-op: forwards each profile row unchanged, keeps no state; its output
-    goes where the job's does (`connectors.kafka_sink.pack`, `direct`: see
+    goes where the job's does (`connectors.outlet.pack`, `direct`: see
     `streaming.job.direct_output`)."""
 
     def __init__(self, out_topic: str, direct: dict[str, object] | None) -> None:
@@ -174,7 +174,7 @@ class ForwardProcessor(StatefulProcessor):
     def handleInputRows(
         self, key: tuple, rows: Iterator[pd.DataFrame], timerValues: TimerValues
     ) -> Iterator[pd.DataFrame]:
-        from connectors.kafka_sink import pack
+        from connectors.outlet import pack
 
         frames = [frame[frame["kord"] == 1] for frame in rows]
         values = [v for f in frames for v in f["value"].tolist()]
@@ -209,7 +209,7 @@ class OutputOnlyProcessor(StatefulProcessor):
         import mmap
         import pickle
 
-        from connectors.kafka_sink import outlet
+        from connectors.outlet import outlet
 
         packer = outlet(self.out_topic, self.direct)
         frames = list(rows)  # (read whole, as the other processors read theirs)

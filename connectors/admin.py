@@ -11,17 +11,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from connectors.config import SINK_COMMITS_TOPIC, Topics, confluent_config
+from connectors.errors import BadClientSetting, BrokerUnreachable
 
 KEEP_FOREVER = {"retention.ms": "-1"}
 DEFAULT_PARTITIONS = 4  # of each data topic
-
-
-class BrokerUnreachable(ConnectionError):
-    """No broker answered at the bootstrap address."""
-
-
-class BadClientSetting(ValueError):
-    """The Kafka client refused a setting (`--kafka`, `[kafka]` in tsm.toml)."""
 
 
 def require_broker(

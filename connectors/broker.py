@@ -12,25 +12,25 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import socket
 import subprocess
 import time
 from dataclasses import dataclass
 from importlib.resources import files
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from connectors.config import confluent_config
+from connectors.errors import BrokerError
+
+if TYPE_CHECKING:  # (imported where used: `tsm --help` does not need it)
+    import psutil
 
 DEFAULT_DATA_DIR = Path(".tsm/broker")
 PID_FILE = "tsm-broker.json"
 LOG_FILE = "broker.log"
 # The binary links against GLIBC_2.39 weakly and says so on every start.
 _HARMLESS = "GLIBC_2.39"
-
-
-class BrokerError(RuntimeError):
-    """The broker cannot be started, reached or stopped; the message says why."""
 
 
 @dataclass(frozen=True)
@@ -117,18 +117,24 @@ def _log_tail(log_path: Path, limit: int = 10) -> str:
     return tail
 
 
-def _is_noida(pid: int, data_dir: Path | None = None) -> bool:
-    """Whether `pid` is a live noida-db process (not a zombie, not a reused pid),
-    and, given `data_dir`, the one serving it (a pid file can outlive its broker,
-    and the pid be taken by another one's)."""
+def _noida(pid: int, data_dir: Path | None = None) -> psutil.Process | None:
+    """The live noida-db process `pid` (not a zombie), and, given `data_dir`, the one
+    serving it (a pid file can outlive its broker, and the pid be taken by another
+    one's); None if it is not."""
+    import psutil
+
     try:
-        args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    if data_dir is not None and os.fsencode(Path(data_dir).resolve()) not in args:
-        return False
-    return any(arg.endswith(b"noida-db") for arg in args[:1]) and state != "Z"
+        process = psutil.Process(pid)
+        args = process.cmdline()
+        if process.status() == psutil.STATUS_ZOMBIE:
+            return None
+    except psutil.Error:  # gone, a zombie, or not ours to look at
+        return None
+    if not args or not args[0].endswith("noida-db"):
+        return None
+    if data_dir is not None and str(Path(data_dir).resolve()) not in args:
+        return None
+    return process
 
 
 def spawn(port: int, data_dir: Path, *, detach: bool) -> subprocess.Popen:
@@ -194,7 +200,7 @@ def broker_status(data_dir: Path = DEFAULT_DATA_DIR) -> BrokerStatus:
         pid, port = int(record["pid"]), int(record["port"])
     except (OSError, ValueError, KeyError, TypeError):
         return BrokerStatus(False)
-    if not _is_noida(pid, data_dir):
+    if _noida(pid, data_dir) is None:
         return BrokerStatus(False, port=port)
     return BrokerStatus(True, pid, port)
 
@@ -205,27 +211,47 @@ def stop_broker(data_dir: Path = DEFAULT_DATA_DIR, timeout: float = 15.0) -> boo
     Returns False if none was running. Escalates to SIGKILL after `timeout`,
     which loses about the last second of writes (PLATFORM.md).
     """
+    import psutil
+
     pid_file = Path(data_dir) / PID_FILE
     status = broker_status(data_dir)
+    process = None if status.pid is None else _noida(status.pid, data_dir)
     try:
-        if status.running:
-            assert status.pid is not None
-            _terminate(status.pid, timeout)
+        if process is not None:
+            _terminate(process, timeout)
         if pid_file.is_file():
             pid_file.unlink()
-    except PermissionError as exc:
-        raise BrokerError(f"not allowed to stop the broker of {data_dir}: {exc.strerror}") from None
-    return status.running
+    except (PermissionError, psutil.AccessDenied) as exc:
+        reason = getattr(exc, "strerror", None) or "permission denied"
+        raise BrokerError(f"not allowed to stop the broker of {data_dir}: {reason}") from None
+    return process is not None
 
 
-def _terminate(pid: int, timeout: float) -> None:
-    os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout
-    while _is_noida(pid):
-        if time.monotonic() > deadline:
-            os.kill(pid, signal.SIGKILL)
-            raise BrokerError(f"broker (pid {pid}) ignored SIGTERM for {timeout:g}s; killed it")
-        time.sleep(0.05)
+def _terminate(process: psutil.Process, timeout: float) -> None:
+    """SIGTERM `process` and wait until it is gone; SIGKILL it after `timeout`.
+
+    psutil signals only the process it looked at: if the pid was reused meanwhile
+    (its start time differs), it raises `NoSuchProcess` instead of signalling a
+    stranger, and the broker is gone anyway."""
+    import psutil
+
+    try:
+        process.terminate()
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                process.wait(0.05)  # reaps it if it is our child
+                return
+            except psutil.TimeoutExpired:
+                if process.status() == psutil.STATUS_ZOMBIE:  # exited; another's to reap
+                    return
+            if time.monotonic() > deadline:
+                process.kill()
+                raise BrokerError(
+                    f"broker (pid {process.pid}) ignored SIGTERM for {timeout:g}s; killed it"
+                )
+    except psutil.NoSuchProcess:
+        return
 
 
 def _end(process: subprocess.Popen, timeout: float = 15.0) -> None:

@@ -11,14 +11,11 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
 
-from connectors.config import confluent_config, producer_config
+from connectors.config import confluent_config
+from connectors.errors import ProduceError, RecordTooLarge
+from connectors.producer import Producer
 from matcher.records import as_name
-
-
-class ProduceError(RuntimeError):
-    """The broker did not acknowledge some records; the message says how many and why."""
 
 
 def record_key(line: bytes) -> bytes | None:
@@ -57,41 +54,30 @@ def produce_lines(
     the error names it by its position in `lines`, after the rest are sent.
     `progress(sent)` is called about once a second.
     """
-    from confluent_kafka import Producer
-
-    producer = Producer(
-        producer_config(confluent_config(bootstrap, options, required={"linger.ms": 20}))
-    )
-    failures: list[str] = []
-    acked = 0
-
-    def on_delivery(err, _msg) -> None:
-        nonlocal acked
-        if err is None:
-            acked += 1
-        else:
-            failures.append(str(err))
-
     sent = 0
+    unacknowledged = 0
     too_large: list[str] = []
     next_report = time.monotonic() + 1.0
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        if not _send(producer, topic, line, on_delivery):
-            too_large.append(f"line {number} ({len(line):,} bytes)")
-            continue
-        sent += 1
-        if sent % 1000 == 0:  # serve delivery callbacks; per record it costs 3x the time
-            producer.poll(0)
-        if progress is not None and time.monotonic() >= next_report:
-            progress(sent)
-            next_report += 1.0
-    remaining = producer.flush(timeout)
     problems = []
-    if remaining or failures:
-        first = failures[0] if failures else f"{remaining} still queued after {timeout:g}s"
-        problems.append(f"{sent - acked} of {sent} records not acknowledged: {first}")
+    with Producer(confluent_config(bootstrap, options, required={"linger.ms": 20})) as producer:
+        for number, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            try:
+                producer.produce(topic, line, record_key(line))
+            except RecordTooLarge:
+                too_large.append(f"line {number} ({len(line):,} bytes)")
+                continue
+            sent += 1
+            if progress is not None and time.monotonic() >= next_report:
+                progress(sent)
+                next_report += 1.0
+        try:
+            producer.flush(timeout)
+        except ProduceError as exc:
+            unacknowledged = exc.unacknowledged
+            problems.append(str(exc))
+    acked = sent - unacknowledged
     if too_large:
         shown = ", ".join(too_large[:5]) + (", ..." if len(too_large) > 5 else "")
         problems.append(
@@ -100,19 +86,3 @@ def produce_lines(
     if problems:
         raise ProduceError(f"{acked} records produced to {topic}; " + "; ".join(problems))
     return acked
-
-
-def _send(producer: Any, topic: str, line: bytes, on_delivery: Callable) -> bool:
-    """Queue one record; False if the client refuses it as over `message.max.bytes`."""
-    from confluent_kafka import KafkaError, KafkaException
-
-    while True:
-        try:
-            producer.produce(topic, value=line, key=record_key(line), on_delivery=on_delivery)
-            return True
-        except BufferError:  # local queue full: let deliveries drain it
-            producer.poll(0.1)
-        except KafkaException as exc:
-            if exc.args[0].code() != KafkaError.MSG_SIZE_TOO_LARGE:
-                raise
-            return False

@@ -87,7 +87,7 @@ def direct_output(config: JobConfig) -> dict[str, object] | None:
 
 def matched_stream(spark: SparkSession, config: JobConfig, metrics: Any) -> DataFrame:
     """The output rows of the job, before the sink: `topic, keys, values`, each row a
-    run of records (`connectors.kafka_sink.PACKED_COLUMNS`); none when the operator
+    run of records (`connectors.sink_rows.PACKED_COLUMNS`); none when the operator
     writes its records itself (`direct_output`)."""
     from connectors.kafka_source import read_stream
     from streaming.checkpoint_guard import check_sharding

@@ -62,7 +62,7 @@ from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 from pyspark.sql.streaming.stateful_processor import ExpiredTimerInfo, TimerValues
 
 from connectors.config import Topics
-from connectors.kafka_sink import outlet, pack
+from connectors.outlet import outlet, pack
 from matcher.engine import SpaceMatcher, late_reason
 from matcher.events import MatchWriter, encode
 from matcher.records import Source, dead_letter, decode, from_state
@@ -71,7 +71,7 @@ from streaming import state_cache
 from streaming.decode_stage import DEAD_LETTER_KEY, KIND_ORDER
 from streaming.state_cache import dump_snapshot, load_snapshot
 
-# connectors.kafka_sink.PACKED_COLUMNS: a batch's records in runs of PACK_SIZE a row
+# connectors.sink_rows.PACKED_COLUMNS: a batch's records in runs of PACK_SIZE a row
 OUTPUT_DDL = "topic string, keys array<binary>, values array<binary>"
 _KINDS = {order: kind for kind, order in KIND_ORDER.items()}
 _ROW_COLUMNS = ("ts", "kord", "part", "off", "topic", "ktime", "value")
@@ -197,7 +197,7 @@ class MatchProcessor(StatefulProcessor):
     """Per key: order the batch (SEMANTICS §5), apply, persist changes, keep one timer.
 
     Records go to Kafka from here as they are made when `direct` is a client
-    configuration (`connectors.kafka_sink.DirectWriter`: the job's at-least-once
+    configuration (`connectors.outlet.DirectWriter`: the job's at-least-once
     mode), else out of the operator to the sink. The operator is
     `transformWithStateInPandas`: its output frames go on to the sink as they
     are yielded, so the sink's task writes the first match records to Kafka

@@ -23,7 +23,8 @@ def test_producers_keep_user_options_but_not_over_what_they_require() -> None:
 def test_the_operator_writes_at_least_once_and_the_sink_exactly_once() -> None:
     """The job's operator gets a client configuration (with the user's options) unless
     the run is exactly once, whose transactions only the sink can key."""
-    from connectors.kafka_sink import DirectWriter, Packer, outlet
+    from connectors.outlet import DirectWriter, outlet
+    from connectors.sink_rows import Packer
     from streaming.config import JobConfig
     from streaming.job import direct_output
 

@@ -1,4 +1,6 @@
-"""`tsm replay` end to end, as a user runs it (a subprocess)."""
+"""`tsm replay` end to end, as a user runs it (a subprocess), against the oracle
+and against the examples' golden output (checked by hand against SEMANTICS, and
+against the oracle here)."""
 
 from __future__ import annotations
 
@@ -8,10 +10,27 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests import oracle
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
+# name -> subscriptions, profiles, the folder of their expected output (`matches.jsonl`,
+# `deadletter.jsonl`), relative to ROOT as the dead letters name them
+GOLDEN = {
+    "examples": ("examples/subscriptions.jsonl", "examples/profiles.jsonl", "examples/expected"),
+    "demo": (
+        "examples/demo/subscriptions.jsonl",
+        "examples/demo/profiles.jsonl",
+        "examples/demo/expected",
+    ),
+}
+REGENERATE = (
+    "the output differs from {expected}; if the change is meant, check the new output by "
+    "hand against SEMANTICS, then from the repository root: tsm replay --subscriptions {subs} "
+    "--profiles {profs} --out {expected}/matches.jsonl --dead-letter {expected}/deadletter.jsonl"
+)
 
 
 TSM = Path(sys.executable).with_name("tsm")  # the installed entry point, as a user runs it
@@ -26,19 +45,59 @@ def example_args(subs=EXAMPLES / "subscriptions.jsonl", profs=EXAMPLES / "profil
     return ["--subscriptions", subs, "--profiles", profs]
 
 
+def golden(name: str) -> tuple[bytes, list[dict]]:
+    """The expected match records (bytes) and dead letters of an example."""
+    expected = ROOT / GOLDEN[name][2]
+    letters = (expected / "deadletter.jsonl").read_text().splitlines()
+    return (expected / "matches.jsonl").read_bytes(), [json.loads(line) for line in letters]
+
+
+def relative_sources(letters: list[dict]) -> list[dict]:
+    """Dead letters with their `source.file` relative to ROOT, as the golden ones."""
+    return [
+        d | {"source": d["source"] | {"file": str(Path(d["source"]["file"]).relative_to(ROOT))}}
+        for d in letters
+    ]
+
+
+def _not_finite(constant: str) -> None:
+    raise ValueError(f"{constant} is not a number a record may hold")
+
+
+def spec_record(kind: str, line: bytes) -> dict | None:
+    """The record of a line, or None where SEMANTICS §6 sends it to the dead letters
+    (the rules the examples exercise: malformed JSON, NaN or infinity, an unknown
+    `op`, no `id` or `space`, a `where` that does not parse, `lo > hi`)."""
+    try:
+        record = json.loads(line, parse_constant=_not_finite)
+    except ValueError:
+        return None
+    ops = {"subscription": ("subscribe", "unsubscribe"), "profile": ("publish", "retract")}
+    if not isinstance(record, dict) or record.get("op") not in ops[kind]:
+        return None
+    if not record.get("id") or not record.get("space"):
+        return None
+    if record["op"] == "subscribe":
+        try:
+            oracle.dnf_of(record)
+        except ValueError:
+            return None
+    for value in record.get("attrs", {}).values() if record["op"] == "publish" else ():
+        if isinstance(value, list) and value[0] > value[1]:
+            return None
+    return record
+
+
 def test_examples_to_stdout_twice_byte_identical():
     first, second = replay(*example_args()), replay(*example_args())
     assert first.returncode == 0, first.stderr.decode()
     assert first.stdout == second.stdout and first.stderr == second.stderr
-    records = [json.loads(line) for line in first.stdout.splitlines()]
-    assert records and all(r["match_id"] for r in records)
-    assert {"match", "unmatch"} <= {r["event"] for r in records}
+    matches, letters = golden("examples")
+    assert first.stdout == matches
     # the dead letters (the broken where, the NaN) go to stderr by default
     dead = [json.loads(line) for line in first.stderr.splitlines() if line.startswith(b"{")]
-    where = {(Path(d["source"]["file"]).name, d["source"]["line"]) for d in dead}
-    assert where == {("subscriptions.jsonl", 6), ("profiles.jsonl", 6)}
-    assert any("column" in d["reason"] for d in dead)
-    assert b"match records" in first.stderr
+    assert relative_sources(dead) == letters
+    assert first.stderr.splitlines()[-1] == b"tsm replay: 16 match records, 2 dead letters"
 
 
 def test_out_and_dead_letter_files(tmp_path):
@@ -46,14 +105,46 @@ def test_out_and_dead_letter_files(tmp_path):
     done = replay(*example_args(), "--out", out, "--dead-letter", dead)
     assert done.returncode == 0, done.stderr.decode()
     assert done.stdout == b""
-    assert out.read_bytes() == replay(*example_args()).stdout
-    letters = [json.loads(line) for line in dead.read_text().splitlines()]
-    assert len(letters) == 2
-    assert {Path(d["source"]["file"]).name for d in letters} == {
-        "subscriptions.jsonl",
-        "profiles.jsonl",
-    }
-    assert all(d["reason"] and d["raw"] for d in letters)
+    matches, letters = golden("examples")
+    assert out.read_bytes() == matches
+    assert relative_sources([json.loads(line) for line in dead.read_text().splitlines()]) == (
+        letters
+    )
+
+
+@pytest.mark.parametrize("name", GOLDEN)
+def test_the_examples_give_their_golden_output(name, tmp_path):
+    subs, profs, expected = GOLDEN[name]
+    out, dead = tmp_path / "m.jsonl", tmp_path / "d.jsonl"
+    done = replay("--subscriptions", subs, "--profiles", profs, "--out", out, "--dead-letter", dead)
+    assert done.returncode == 0, done.stderr.decode()
+    again = REGENERATE.format(subs=subs, profs=profs, expected=expected)
+    assert out.read_bytes() == (ROOT / expected / "matches.jsonl").read_bytes(), again
+    assert dead.read_bytes() == (ROOT / expected / "deadletter.jsonl").read_bytes(), again
+
+
+@pytest.mark.parametrize("name", GOLDEN)
+def test_the_golden_output_agrees_with_the_oracle(name):
+    """The golden files say what the spec says: the oracle's records pair by pair
+    (match ids aside: `test_match_id`), and a dead letter for each line that §6
+    refuses, with its text and place."""
+    subs, profs, _ = GOLDEN[name]
+    items, refused = [], []
+    for kind, path in (("subscription", subs), ("profile", profs)):
+        for number, line in enumerate((ROOT / path).read_bytes().splitlines(), 1):
+            record = spec_record(kind, line) if line.strip() else {}
+            if record is None:
+                refused.append({"file": path, "line": number, "raw": line.decode()})
+            elif record:
+                items.append((kind, record, (0, number)))
+    expected, late = oracle.OracleEngine().process_batch(items)
+    assert late == []
+    matches, letters = golden(name)
+    records = [json.loads(line) for line in matches.splitlines()]
+    assert len(records) == len(expected) > 0
+    assert oracle.by_pair(records) == oracle.by_pair(expected)
+    assert [d["source"] | {"raw": d["raw"]} for d in letters] == refused
+    assert all(d["reason"] and "\n" not in d["reason"] for d in letters)
 
 
 def test_missing_file_is_an_error(tmp_path):
@@ -152,10 +243,26 @@ def test_generated_file_twice_identical_and_equal_to_the_oracle(tmp_path):
 
 
 def test_batches_and_lateness(tmp_path):
-    subs, profs, _ = _generated(tmp_path, seed=11)
+    subs, profs, items = _generated(tmp_path, seed=11)
     args = [*example_args(subs, profs), "--batch-lines", "20", "--lateness", "50"]
     first, second = replay(*args), replay(*args)
     assert first.returncode == 0, first.stderr.decode()
     assert first.stdout == second.stdout and first.stderr == second.stderr
+    # the oracle over the same batches: 20 lines of each file a batch
+    reference, expected, expected_late = oracle.OracleEngine(lateness_ms=50), [], []
+    lines = {"subscription": [], "profile": []}
+    for item in items:
+        lines[item[0]].append((item[0], item[1], (item[0], item[2][1])))
+    for start in range(0, max(map(len, lines.values())), 20):
+        batch = lines["subscription"][start : start + 20] + lines["profile"][start : start + 20]
+        events, late = reference.process_batch(batch)
+        expected += events
+        expected_late += late
+    got = [json.loads(line) for line in first.stdout.splitlines()]
+    assert oracle.by_pair(got) == oracle.by_pair(expected)
     dead = [json.loads(line) for line in first.stderr.splitlines() if line.startswith(b"{")]
-    assert dead and all(d["reason"].startswith("late:") for d in dead)
+    files = {Path(subs).name: "subscription", Path(profs).name: "profile"}
+    assert sorted((files[Path(d["source"]["file"]).name], d["source"]["line"]) for d in dead) == (
+        sorted(expected_late)
+    )
+    assert len(dead) >= 5 and all(d["reason"].startswith("late: ts ") for d in dead)

@@ -12,8 +12,9 @@ import pyarrow as pa
 import zstandard
 
 from benchmarks.workloads import generate
-from connectors.kafka_sink import PACK_SIZE, Packer, pack
-from connectors.kafka_sink import _records as sink_records
+from connectors.outlet import pack
+from connectors.sink_rows import PACK_SIZE, Packer
+from connectors.sink_rows import records as sink_records
 from matcher.engine import Held, SpaceMatcher
 from matcher.events import MatchWriter, encode, event_dict
 from matcher.records import Source, decode

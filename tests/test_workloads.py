@@ -8,8 +8,10 @@ from collections import Counter
 import pytest
 
 from benchmarks.workloads import KINDS, build, generate
+from matcher import records
 from matcher.constraints import Atom, predicate_of
 from matcher.profiles import Profile
+from matcher.where import parse_where
 from tsm_cli.main import main as tsm
 
 
@@ -21,7 +23,6 @@ def test_deterministic_per_seed(kind: str) -> None:
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_records_decode(kind: str) -> None:
-    records = pytest.importorskip("matcher.records")
     subs, profiles = generate(kind, 1, 300, 300)
     for kind_name, batch in (("subscription", subs), ("profile", profiles)):
         for line, r in enumerate(batch):
@@ -42,11 +43,10 @@ def test_event_time_order(kind: str) -> None:
 
 def test_where_text_matches_the_specs() -> None:
     """The rendered `where` parses back to the filters the benchmark uses."""
-    where = pytest.importorskip("matcher.where")
     w = build("siena", 3, 100, 0)
     subs, _ = generate("siena", 3, 100, 0)
     for spec, record in zip(w.subscriptions, subs, strict=True):
-        from_text = predicate_of(where.parse_where(record["where"]))
+        from_text = predicate_of(parse_where(record["where"]))
         from_spec = predicate_of([[Atom(*a) for a in c] for c in spec.dnf])
         assert set(from_text) == set(from_spec)
 

@@ -193,7 +193,8 @@ def _register_produce(subparsers: argparse._SubParsersAction) -> None:
 def _produce(args: argparse.Namespace) -> int:
     from confluent_kafka import KafkaException
 
-    from connectors.produce import ProduceError, produce_lines, read_lines
+    from connectors.errors import ConnectorError
+    from connectors.produce import produce_lines, read_lines
 
     config, bootstrap, options = _connect(args)
     topic = args.topic or getattr(config.topics, args.kind)
@@ -201,7 +202,7 @@ def _produce(args: argparse.Namespace) -> int:
         with _open_input(args.file) as stream, Bar(f"to {topic}", unit="records") as bar:
             lines = read_lines(stream)
             count = produce_lines(bootstrap, topic, lines, options, bar.update_to)
-    except (ProduceError, KafkaException) as exc:
+    except (ConnectorError, KafkaException) as exc:
         raise CliError(str(exc)) from None
     log.info("produced %d records to %s", count, topic)
     return 0

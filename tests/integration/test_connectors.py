@@ -19,6 +19,8 @@ import pytest
 from connectors.broker import EmbeddedBroker, free_port
 from connectors.config import confluent_config, kafka_python_config
 from connectors.consume import consume_values
+from connectors.errors import ProduceError
+from connectors.producer import Producer
 
 pytestmark = pytest.mark.integration
 
@@ -60,15 +62,9 @@ def read_topic(bootstrap: str, topic: str, read_committed: bool = True) -> list:
 
 
 def produce(bootstrap: str, topic: str, values: list[bytes], keys: list | None = None) -> None:
-    from confluent_kafka import Producer
-
-    producer = Producer(confluent_config(bootstrap, required={"enable.idempotence": True}))
-    try:
+    with Producer(confluent_config(bootstrap)) as producer:
         for i, value in enumerate(values):
-            producer.produce(topic, value=value, key=None if keys is None else keys[i])
-        assert producer.flush(30) == 0
-    finally:
-        producer.close()
+            producer.produce(topic, value, None if keys is None else keys[i])
 
 
 # --- CLI: broker, topics, produce, consume -----------------------------------------------
@@ -238,16 +234,14 @@ def test_produce_names_lines_too_large_for_kafka_and_sends_the_rest(
 
 
 def test_consume_read_committed_and_timeout(cli_bootstrap: str) -> None:
-    from confluent_kafka import Producer
-
     assert tsm("topics", "create", "--bootstrap", cli_bootstrap).returncode == 0
-    producer = Producer(confluent_config(cli_bootstrap, required={"transactional.id": "t-test"}))
+    producer = Producer(confluent_config(cli_bootstrap), transactional_id="t-test")
     try:
         producer.init_transactions(10)
         for outcome in ("aborted", "committed"):
             producer.begin_transaction()
             for i in range(3):
-                producer.produce("tsm.deadletter", value=json.dumps({outcome: i}).encode())
+                producer.produce("tsm.deadletter", json.dumps({outcome: i}).encode())
             if outcome == "aborted":
                 producer.flush(10)  # on the broker, not just purged from the local queue
                 producer.abort_transaction(10)
@@ -372,15 +366,13 @@ def test_source_reads_each_record_once_across_restarts(
 
     # A partition added to a topic is read from its start in the same batch as the
     # others (a batch later, its records could be late against what came with it).
-    from confluent_kafka import Producer
     from confluent_kafka.admin import AdminClient, NewPartitions
 
     admin = AdminClient(confluent_config(bootstrap))
     admin.create_partitions([NewPartitions(topics[1], 3)])[topics[1]].result(30)
-    producer = Producer(confluent_config(bootstrap))
-    for partition in (2, 0):
-        producer.produce(topics[1], value=f"grown-{partition}".encode(), partition=partition)
-    assert producer.flush(30) == 0
+    with Producer(confluent_config(bootstrap)) as producer:
+        for partition in (2, 0):
+            producer.produce(topics[1], f"grown-{partition}".encode(), partition=partition)
     [batch] = run_available_now(stream, checkpoint)
     assert sorted((p, v) for _t, p, _o, v in batch) == [(0, b"grown-0"), (2, b"grown-2")]
 
@@ -388,20 +380,14 @@ def test_source_reads_each_record_once_across_restarts(
 def test_source_starting_offsets_and_record_fields(
     spark, bootstrap: str, new_topic, tmp_path: Path
 ) -> None:
-    from confluent_kafka import Producer
-
     from connectors.kafka_source import read_stream
 
     topic = new_topic("src-fields", partitions=2)
-    producer = Producer(confluent_config(bootstrap))
-    try:
+    with Producer(confluent_config(bootstrap)) as producer:
         for i in range(10):
             headers = [("h", b"\x00\x01"), ("empty", None)] if i == 0 else None
             key = b"k" if i % 2 else None
-            producer.produce(topic, value=b"v%d" % i, key=key, partition=i % 2, headers=headers)
-        assert producer.flush(10) == 0
-    finally:
-        producer.close()
+            producer.produce(topic, b"v%d" % i, key, partition=i % 2, headers=headers)
     starting = json.dumps({topic: {"0": 2, "1": -2}})
     stream = read_stream(spark, bootstrap, topic, starting_offsets=starting)
     rows = []
@@ -490,15 +476,15 @@ def test_sink_exactly_once_aborts_a_failed_attempt(bootstrap: str, new_topic) ->
 def test_direct_writer_writes_in_order_and_recovers(bootstrap: str, new_topic, monkeypatch) -> None:
     """The operator's at-least-once output: records in order, nothing in the stage's
     frames, one producer per worker; a failed producer is dropped, not reused."""
-    from confluent_kafka import KafkaException
-
-    from connectors import kafka_sink
+    from connectors import outlet as outlet_module
     from connectors.admin import create_topics, delete_topics
-    from connectors.kafka_sink import DirectWriter, outlet, pack
+    from connectors.errors import RecordTooLarge
+    from connectors.outlet import DirectWriter, outlet, pack
+    from connectors.producer_pool import WORKER_PRODUCERS
 
     topic = new_topic("direct", partitions=1)
     config = confluent_config(bootstrap)
-    held = len(kafka_sink._SHARED)
+    held = len(WORKER_PRODUCERS)
     records = [(f"k{i % 3}".encode(), f"v{i}".encode()) for i in range(300)]
     writer = outlet(topic, config)
     assert isinstance(writer, DirectWriter)
@@ -506,7 +492,7 @@ def test_direct_writer_writes_in_order_and_recovers(bootstrap: str, new_topic, m
     frames += list(writer.flush())
     assert frames == [] and writer.count == 300
     assert list(pack(topic, [(None, b"last")], config)) == []  # the same producer
-    assert len(kafka_sink._SHARED) == held + 1
+    assert len(WORKER_PRODUCERS) == held + 1
     got = [(m.key(), m.value()) for m in read_topic(bootstrap, topic)]
     assert got == [*records, (None, b"last")]
     # The topic deleted and made again: the producer's idempotence sequence is lost
@@ -516,20 +502,19 @@ def test_direct_writer_writes_in_order_and_recovers(bootstrap: str, new_topic, m
     list(pack(topic, records[:50], config))
     assert [(m.key(), m.value()) for m in read_topic(bootstrap, topic)] == records[:50]
     # Past KEPT records since the last flush, they are not kept: the task fails instead.
-    monkeypatch.setattr(kafka_sink, "KEPT", 30)
+    monkeypatch.setattr(outlet_module, "KEPT", 30)
     delete_topics(bootstrap, [topic])
     create_topics(bootstrap, {topic: 1})
-    with pytest.raises(KafkaException):
+    with pytest.raises(ProduceError, match=r"^the Kafka producer failed: |not acknowledged"):
         list(pack(topic, records[:50], config))
-    assert len(kafka_sink._SHARED) == held
+    assert len(WORKER_PRODUCERS) == held
     monkeypatch.undo()
-    with pytest.raises(KafkaException):  # over the client's message.max.bytes, twice
+    with pytest.raises(RecordTooLarge, match="2,000,000 bytes"):  # over message.max.bytes, twice
         DirectWriter(topic, config).add([(None, b"x" * 2_000_000)])
-    assert len(kafka_sink._SHARED) == held  # the next task starts with a new producer
+    assert len(WORKER_PRODUCERS) == held  # the next task starts with a new producer
     list(pack(topic, [(None, b"after")], config))
     assert read_topic(bootstrap, topic)[-1].value() == b"after"
-    while len(kafka_sink._SHARED) > held:
-        kafka_sink._SHARED.popitem()[1][0].close()
+    WORKER_PRODUCERS.close()
 
 
 @pytest.mark.parametrize("exactly_once", [True, False], ids=["exactly-once", "idempotent"])
