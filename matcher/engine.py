@@ -22,8 +22,9 @@ from typing import Any
 import numpy as np
 
 from matcher.double_forest import DoubleForest
-from matcher.errors import RecordError
+from matcher.errors import RecordError, SettingError
 from matcher.events import event_dict
+from matcher.held import Held
 from matcher.records import (
     OPEN,
     Publish,
@@ -65,19 +66,6 @@ def _runs(records: list[Record]) -> Iterator[tuple[int, int]]:
             end += 1
         yield start, end
         start = end
-
-
-@dataclass(slots=True)
-class Held:
-    """A held subscription or profile: its record, version and forest slot."""
-
-    record: Subscribe | Publish
-    version: str
-    slot: int | None  # None: held but not indexed in this cell
-    span: tuple[float, float] | None = None
-    # What a writer made once of this record for all its events (`MatchWriter`): not
-    # state, so not compared, and not in the job's snapshots (`streaming.state_cache`).
-    memo: Any = field(default=None, init=False, compare=False, repr=False)
 
 
 def holds(sub: Subscribe, pub: Publish) -> bool:
@@ -534,7 +522,7 @@ class Engine:
 
     def __post_init__(self) -> None:
         if not 0 <= self.lateness_ms <= MAX_LATENESS_MS:
-            raise ValueError(
+            raise SettingError(
                 f"lateness must be from 0 to {MAX_LATENESS_MS} ms, not {self.lateness_ms}"
             )
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from matcher.constraints import MAX_WHERE_BYTES, Conjunction, predicate_of
+from matcher.encoding import encode
 from matcher.errors import FilterError, RecordError
 from matcher.filter_json import parse_filter
 from matcher.profiles import Profile
@@ -248,18 +249,11 @@ def _nested_deeper(obj: Any, levels: int) -> bool:
     return True
 
 
-def _encode(value: Any) -> bytes:
-    """`matcher.events.encode`: the bytes output records are written as."""
-    from matcher.events import encode  # (here: events imports this module)
-
-    return encode(value)
-
-
 def _check_unicode(obj: dict) -> None:
     """Refuse a record whose text holds an unpaired surrogate (a `\\udXXX` escape
     alone): its match records, state and dead letters could not be written."""
     try:
-        _encode(obj)
+        encode(obj)
     except UnicodeEncodeError as exc:
         bad = exc.object[exc.start : exc.end].encode("unicode_escape").decode("ascii")
         raise RecordError(
@@ -289,7 +283,7 @@ def _check_output_size(record: Record, raw_bytes: int) -> None:
                 "(it goes into every match record)"
             )
     if isinstance(record, Publish) and raw_bytes * _PAYLOAD_GROWTH > MAX_PAYLOAD_BYTES:
-        size = len(_encode(record.payload))
+        size = len(encode(record.payload))
         if size > MAX_PAYLOAD_BYTES:
             raise RecordError(
                 f"'payload' is {size} bytes of JSON; the limit is {MAX_PAYLOAD_BYTES}, so "
@@ -417,7 +411,7 @@ def dead_letter(reason: str, raw: bytes | str, source: Source) -> dict[str, Any]
     letter = _dead_letter(reason, raw, source)
     # (escaped, a character of text is at most 6 bytes: most letters need no measuring)
     if 6 * len(raw) + 8 * MAX_REASON_CHARS > MAX_OUTPUT_BYTES:
-        if len(_encode(letter)) > MAX_OUTPUT_BYTES:
+        if len(encode(letter)) > MAX_OUTPUT_BYTES:
             data = raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else raw
             letter["raw"] = _base64(data[:RAW_KEPT_BYTES])
             letter["raw_encoding"] = "base64"

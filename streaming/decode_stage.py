@@ -12,17 +12,16 @@ source is read once and every output leaves through the one sink.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Iterator
 from typing import Any
 
 import pyarrow as pa
 
 from connectors.config import Topics
+from matcher.encoding import encode
 from matcher.errors import RecordError
-from matcher.events import encode
 from matcher.records import Source, dead_letter, decode
-from matcher.sharding import RESERVED, Sharding, ShardSpec
-from streaming.placement import cell_names
+from matcher.sharding import RESERVED, Sharding
 
 # The key that groups the bad records of a batch: reserved, no space's key.
 DEAD_LETTER_KEY = RESERVED + "deadletter"
@@ -51,33 +50,6 @@ DECODED_DDL = (
     "skey string, space string, ets timestamp, ts long, kord int, topic string, "
     "part int, off long, ktime long, value binary"
 )
-
-
-def build_sharding(
-    tables: Mapping[str, Mapping[str, Any]], partitions: int = 1, held: Collection[str] = ()
-) -> Sharding:
-    """`[sharding.<space>]` tables → `Sharding`: `attribute` with `cuts = [...]`,
-    or `attribute`, `width`, `cells` (and `origin`) for an even grid. Cells are
-    named to run on different ones of `partitions` shuffle partitions, except
-    those already `held` in the checkpoint's state (`streaming.placement`)."""
-    specs = {}
-    for space, table in tables.items():
-        table = dict(table)
-        try:
-            if "cuts" in table:
-                specs[space] = ShardSpec(table.pop("attribute"), tuple(table.pop("cuts")))
-                if table:
-                    raise TypeError(f"unexpected {', '.join(table)}")
-            else:
-                specs[space] = ShardSpec.grid(**table)
-        except (KeyError, TypeError) as exc:
-            raise ValueError(
-                f"[sharding.{space}] needs attribute and cuts, or attribute, width and cells "
-                f"(and origin): {exc}"
-            ) from None
-        except ValueError as exc:
-            raise ValueError(f"[sharding.{space}]: {exc}") from None
-    return Sharding(specs, cell_names(specs, partitions, held))
 
 
 class DecodeStage:

@@ -63,8 +63,9 @@ from pyspark.sql.streaming.stateful_processor import ExpiredTimerInfo, TimerValu
 
 from connectors.config import Topics
 from connectors.kafka_sink import outlet, pack
+from matcher.encoding import encode
 from matcher.engine import SpaceMatcher, late_reason
-from matcher.events import MatchWriter, encode
+from matcher.events import MatchWriter
 from matcher.records import Source, dead_letter, decode, from_state
 from matcher.sharding import Sharding
 from streaming import state_cache

@@ -70,8 +70,8 @@ def replay(
     engine: Engine | None = None,
 ) -> tuple[int, int]:
     """Run both files through an engine; returns (match records, dead letters)."""
+    from matcher.encoding import encode
     from matcher.engine import Engine
-    from matcher.events import encode
 
     engine = engine or Engine(lateness_ms=lateness_ms)
     subs = list(_lines(subscriptions, "subscription"))

@@ -18,8 +18,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from matcher.constraints import predicate_of
+from matcher.encoding import encode
 from matcher.engine import Engine, Input, SpaceMatcher
-from matcher.events import encode
 from matcher.profiles import Profile
 from matcher.records import Source, decode, order_key, to_state
 from matcher.sharding import Sharding, ShardSpec

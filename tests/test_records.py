@@ -9,8 +9,8 @@ import re
 
 import pytest
 
+from matcher.encoding import encode
 from matcher.engine import Engine, Input
-from matcher.events import encode
 from matcher.records import (
     MAX_DEPTH,
     MAX_NAME_CHARS,

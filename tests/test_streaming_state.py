@@ -225,7 +225,7 @@ class _Metrics:
 
 def _processor(snapshot_every: int):
     from connectors.config import Topics
-    from streaming.decode_stage import build_sharding
+    from streaming.config import build_sharding
     from streaming.processor import MatchProcessor
 
     topics = Topics(subscriptions="s", profiles="p", matches="m", deadletter="d")

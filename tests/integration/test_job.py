@@ -416,7 +416,7 @@ def test_cells_keep_their_state_keys_across_restart(
 ):
     """A checkpoint whose cells have plain keys (written before cells were
     spread over partitions) keeps them: renaming would orphan their state."""
-    from streaming import decode_stage
+    from streaming import config as job_config
 
     topics = make_topics(new_topic, bootstrap)
     subs, profiles = workload(seed=5, subs=40, profiles=160, churn=False)
@@ -428,7 +428,7 @@ def test_cells_keep_their_state_keys_across_restart(
     produce_lines(bootstrap, topics.profiles, profiles[:80])
     with monkeypatch.context() as patch:
         plain = {"a": cell_keys("a", 4)}
-        patch.setattr(decode_stage, "cell_names", lambda specs, partitions, held: plain)
+        patch.setattr(job_config, "cell_names", lambda specs, partitions, held: plain)
         run_in_process(spark, config)
     assert sorted(cell_partitions(spark, config.checkpoint)) == plain["a"]
     assert spread_keys("a", 4, 2) != plain["a"]  # (else this test proves nothing)
