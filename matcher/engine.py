@@ -4,9 +4,10 @@
 held subscriptions and profiles, their DoubleForest, and the collection
 synchronization of §4. Which pairs held before a change is not stored: it is
 asked of the forest with the old version, so state is just the held records.
-`Engine` holds every key, decodes, orders (§5), moves the watermark and sends
-bad and late records to the dead letters; the Spark job drives `SpaceMatcher`
-directly from its stateful operator, `tsm replay` drives `Engine`.
+`Engine` holds every key, admits each batch (`matcher.admission`: decode,
+dead letters, lateness, state keys, order) and moves the watermark; the Spark
+job drives `SpaceMatcher` directly from its stateful operator, `tsm replay`
+drives `Engine`.
 """
 
 from __future__ import annotations
@@ -21,20 +22,17 @@ from typing import Any
 
 import numpy as np
 
+from matcher.admission import Input, decode_input, in_order, late_letter, state_keys
 from matcher.double_forest import DoubleForest
-from matcher.errors import RecordError, SettingError
+from matcher.errors import SettingError
 from matcher.events import event_dict
 from matcher.held import Held
 from matcher.records import (
     OPEN,
     Publish,
     Record,
-    Source,
     Subscribe,
     Unsubscribe,
-    dead_letter,
-    decode,
-    order_key,
     to_state,
     version_of,
 )
@@ -487,23 +485,6 @@ class SpaceMatcher:
         return [self._event(event, reason, sub, prof, ts) for sub in subs]
 
 
-def late_reason(ts: int, watermark: float, lateness_ms: int) -> str:
-    """The dead-letter reason of a late record (the same in replay and the job)."""
-    return (
-        f"late: ts {ts} is below the watermark {int(watermark)} (allowed lateness {lateness_ms} ms)"
-    )
-
-
-@dataclass(frozen=True, slots=True)
-class Input:
-    """One raw topic record: which topic kind, its bytes, where it came from."""
-
-    kind: str  # "subscription" | "profile"
-    raw: bytes | str
-    source: Source
-    timestamp: int | None = None  # the Kafka record timestamp, used when `ts` is missing
-
-
 @dataclass(frozen=True, slots=True)
 class Output:
     topic: str  # "matches" | "deadletter"
@@ -513,14 +494,17 @@ class Output:
 
 @dataclass
 class Engine:
-    """Every key's SpaceMatcher, fed batch by batch in the order of §5."""
+    """Every key's SpaceMatcher, fed batch by batch in the order of §5
+    (`sharding` None: no space is sharded)."""
 
     lateness_ms: int = 0
-    sharding: Sharding = field(default_factory=Sharding)
+    sharding: Sharding | None = None
     matchers: dict[str, SpaceMatcher] = field(default_factory=dict)
     max_ts: float = -math.inf
 
     def __post_init__(self) -> None:
+        if self.sharding is None:
+            self.sharding = Sharding()
         if not 0 <= self.lateness_ms <= MAX_LATENESS_MS:
             raise SettingError(
                 f"lateness must be from 0 to {MAX_LATENESS_MS} ms, not {self.lateness_ms}"
@@ -537,27 +521,29 @@ class Engine:
         return m
 
     def process_batch(self, items: Iterable[Input]) -> list[Output]:
+        """Admit a batch (`matcher.admission`: bad and late records become dead
+        letters), apply each key's records in order, then evict what expired before
+        the watermark everywhere."""
         out: list[Output] = []
         per_key: dict[str, list[Record]] = {}
         watermark = self.watermark
         batch_max = self.max_ts
         for item in items:
-            try:
-                record = decode(item.kind, item.raw, item.source, item.timestamp)
-            except RecordError as exc:
-                out.append(Output("deadletter", None, dead_letter(str(exc), item.raw, item.source)))
+            record = decode_input(item)
+            if isinstance(record, dict):
+                out.append(Output("deadletter", None, record))
                 continue
-            if record.ts < watermark:
-                reason = late_reason(record.ts, watermark, self.lateness_ms)
-                out.append(Output("deadletter", None, dead_letter(reason, item.raw, item.source)))
+            letter = late_letter(record.ts, watermark, self.lateness_ms, item.raw, item.source)
+            if letter is not None:
+                out.append(Output("deadletter", None, letter))
                 continue
             batch_max = max(batch_max, record.ts)
-            for key in self.sharding.keys_for(record):
+            for key in state_keys(record, self.sharding):
                 per_key.setdefault(key, []).append(record)
         for space, keys in _by_space({k: recs[0].space for k, recs in per_key.items()}):
             ranked = []
             for key in keys:
-                records = sorted(per_key[key], key=order_key)
+                records = in_order(per_key[key])
                 ranked += self.matcher(key, space).apply_batch_ranked(records)
             out += _merged(ranked)
         self.max_ts = batch_max

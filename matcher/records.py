@@ -6,7 +6,6 @@ how to fix it; the caller turns it into a dead letter and goes on.
 
 from __future__ import annotations
 
-import base64
 import functools
 import hashlib
 import json
@@ -31,8 +30,6 @@ MAX_RECORD_BYTES = 1024 * 1024
 MAX_OUTPUT_BYTES = 1_000_000
 MAX_PAYLOAD_BYTES = 900_000  # the payload as match records write it (compact JSON, UTF-8)
 MAX_NAME_CHARS = 1024  # id, space, subscriber (at most 6 bytes a character, escaped)
-MAX_REASON_CHARS = 1000  # a dead letter's reason (some quote the bad value)
-RAW_KEPT_BYTES = 600_000  # a dead letter's raw past what fits: this much, as base64
 _PAYLOAD_GROWTH = 5  # compact JSON of a parsed value is under 5x its text (1e15 ->
 # 1000000000000000.0 is the most), so a record this much under the limit needs no check
 # Arrays and objects a record may nest, itself included. A payload travels on in
@@ -118,11 +115,6 @@ class Retract:
 
 Record = Subscribe | Unsubscribe | Publish | Retract
 _OPS = {"subscription": ("subscribe", "unsubscribe"), "profile": ("publish", "retract")}
-
-
-def order_key(record: Record) -> tuple:
-    """SEMANTICS §5: (ts, subscriptions before profiles, input position)."""
-    return (record.ts, 0 if record.kind == "subscription" else 1, record.source.position)
 
 
 def _reject_constant(name: str) -> Any:
@@ -393,44 +385,3 @@ def version_of(state: str) -> str:
     """A short digest of a held record's content (its `to_state`): its version in
     `match_id`s."""
     return hashlib.sha1(state.encode()).hexdigest()[:16]
-
-
-def _base64(raw: bytes) -> str:
-    return base64.b64encode(raw).decode("ascii")
-
-
-def dead_letter(reason: str, raw: bytes | str, source: Source) -> dict[str, Any]:
-    """The dead-letter record: the reason, the original value and where it was.
-
-    It fits a Kafka message (`MAX_OUTPUT_BYTES`) whatever the value: a reason is
-    cut at `MAX_REASON_CHARS`, and a raw value that would not fit (a record over
-    the size limit, say) is kept as its first `RAW_KEPT_BYTES`, base64, with
-    `raw_truncated` and its whole size in `raw_bytes`."""
-    if len(reason) > MAX_REASON_CHARS:
-        reason = reason[: MAX_REASON_CHARS - 1] + "…"
-    letter = _dead_letter(reason, raw, source)
-    # (escaped, a character of text is at most 6 bytes: most letters need no measuring)
-    if 6 * len(raw) + 8 * MAX_REASON_CHARS > MAX_OUTPUT_BYTES:
-        if len(encode(letter)) > MAX_OUTPUT_BYTES:
-            data = raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else raw
-            letter["raw"] = _base64(data[:RAW_KEPT_BYTES])
-            letter["raw_encoding"] = "base64"
-            letter["raw_truncated"] = True
-            letter["raw_bytes"] = len(data)
-            letter["source"] = letter.pop("source")  # (last, as in every other letter)
-    return letter
-
-
-def _dead_letter(reason: str, raw: bytes | str, source: Source) -> dict[str, Any]:
-    if isinstance(raw, str):
-        try:
-            raw.encode("utf-8")
-            text, encoding = raw, "utf-8"
-        except UnicodeEncodeError:  # (a lone surrogate: kept as its bytes)
-            text, encoding = _base64(raw.encode("utf-8", "surrogatepass")), "base64"
-    else:
-        try:
-            text, encoding = raw.decode("utf-8"), "utf-8"
-        except UnicodeDecodeError:
-            text, encoding = _base64(raw), "base64"
-    return {"reason": reason, "raw": text, "raw_encoding": encoding, "source": source.to_json()}

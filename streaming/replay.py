@@ -19,11 +19,12 @@ from matcher.times import MAX_LATENESS_MS
 from streaming.cli import whole
 
 if TYPE_CHECKING:  # the engine pulls in numpy: keep `tsm --help` fast
-    from matcher.engine import Engine, Input
+    from matcher.admission import Input
+    from matcher.engine import Engine
 
 
 def _lines(path: str, kind: str) -> Iterator[Input]:
-    from matcher.engine import Input
+    from matcher.admission import Input
     from matcher.records import Source
 
     with open(path, "rb") as handle:

@@ -17,11 +17,12 @@ from datetime import UTC, datetime, timedelta
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from matcher.admission import Input, order_key
 from matcher.constraints import predicate_of
 from matcher.encoding import encode
-from matcher.engine import Engine, Input, SpaceMatcher
+from matcher.engine import Engine, SpaceMatcher
 from matcher.profiles import Profile
-from matcher.records import Source, decode, order_key, to_state
+from matcher.records import Source, decode, to_state
 from matcher.sharding import Sharding, ShardSpec
 from tests import layouts, oracle
 

@@ -9,14 +9,14 @@ import re
 
 import pytest
 
+from matcher.admission import RAW_KEPT_BYTES, Input
 from matcher.encoding import encode
-from matcher.engine import Engine, Input
+from matcher.engine import Engine
 from matcher.records import (
     MAX_DEPTH,
     MAX_NAME_CHARS,
     MAX_OUTPUT_BYTES,
     MAX_PAYLOAD_BYTES,
-    RAW_KEPT_BYTES,
     Source,
     decode,
     from_state,
