@@ -144,6 +144,10 @@ def _time(obj: dict, name: str, default: int | None) -> int | None:
     if isinstance(value, int | float):
         if not math.isfinite(value):
             raise RecordError(f"'{name}' must be a finite number")
+        if isinstance(value, float) and not value.is_integer():
+            raise RecordError(
+                f"'{name}' must be a whole number of epoch milliseconds, got {value!r}"
+            )
         ms = int(value)
     elif isinstance(value, str):
         try:
@@ -333,8 +337,10 @@ def compile_where(where: str) -> tuple[Conjunction, ...]:
 
 def _subscribe(obj, space, ident, ts, valid_from, valid_to, source) -> Subscribe:
     subscriber = _text(obj, "subscriber")
-    relation = obj.get("relation") or "overlaps"
-    if relation not in ("overlaps", "covers"):
+    relation = obj.get("relation")
+    if relation is None:  # (absent or null: the default of §1)
+        relation = "overlaps"
+    elif relation not in ("overlaps", "covers"):
         raise RecordError(f"'relation' must be 'overlaps' or 'covers', got {relation!r}")
     where, flt = obj.get("where"), obj.get("filter")
     if (where is None) == (flt is None):

@@ -83,6 +83,15 @@ BAD = [
     ("subscription", sub(subscriber=None), r"missing 'subscriber'"),
     ("subscription", json.dumps(SUB), r"exactly one of 'where' and 'filter'"),
     ("subscription", sub(relation="near"), r"'relation' must be 'overlaps' or 'covers'"),
+    # only the two words or no relation at all: empty, false or 0 are no relation
+    ("subscription", sub(relation=""), r"'relation' must be 'overlaps' or 'covers', got ''"),
+    ("subscription", sub(relation=False), r"'relation' must be .*, got False"),
+    ("subscription", sub(relation=0), r"'relation' must be .*, got 0"),
+    ("subscription", sub(relation=["covers"]), r"'relation' must be .*, got \['covers'\]"),
+    # a time is whole milliseconds: a fraction is not dropped silently
+    ("profile", pub(ts=1000.5), r"'ts' must be a whole number of epoch milliseconds, got 1000.5"),
+    ("profile", pub(valid_from=999.9), r"'valid_from' must be a whole number .* got 999.9"),
+    ("subscription", sub(valid_to=1e3 + 0.25), r"'valid_to' must be a whole number"),
     ("subscription", sub(version=2), r"unsupported schema version 2"),
     ("subscription", where("speed >> 40"), r"unexpected '>' at column 8"),
     ("subscription", where("x = 1 AND (y = 2"), r"column \d+"),
@@ -276,6 +285,30 @@ def test_out_of_order_within_one_batch_is_not_late():
     )
     assert dead == []
     assert [m["reason"] for m in matches] == ["new-profile"]  # ordered by ts (§5)
+
+
+def test_relation_absent_or_null_is_overlaps():
+    for fields in ({}, {"relation": None}):
+        assert decode("subscription", sub(**fields)).relation == "overlaps"
+    assert decode("subscription", sub(relation="covers")).relation == "covers"
+
+
+def test_whole_float_times_are_milliseconds_and_iso_fractions_floor():
+    """A float time with no fraction is that millisecond; an ISO time's digits past
+    the millisecond are dropped, toward the past (the millisecond it falls in)."""
+    record = decode("profile", pub(ts=1000.0, valid_from=1e3, valid_to=2.5e3))
+    assert (record.ts, record.valid_from, record.valid_to) == (1000, 1000, 2500)
+    assert type(record.ts) is int and type(record.valid_to) is int
+    for iso, ms in [
+        ("2026-11-22T10:00:00.0009Z", 1795341600000),
+        ("2026-11-22T10:00:00.123456Z", 1795341600123),
+        ("1969-12-31T23:59:59.9995Z", -1),
+    ]:
+        assert decode("profile", pub(ts=iso)).ts == ms
+
+
+def test_an_engine_without_sharding():
+    assert run([("subscription", sub()), ("profile", pub())], Engine(sharding=None))[0]
 
 
 def test_iso_times_convert_exactly():
