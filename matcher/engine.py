@@ -40,8 +40,9 @@ from matcher.sharding import Sharding, ShardSpec, span_of
 from matcher.times import MAX_LATENESS_MS
 
 # An event keyed by the id of the pair's other side (the profile of a
-# subscription's events, and the reverse): its rank among one record's events.
-Keyed = tuple[str, Any]
+# subscription's events, and the reverse; with a subscribe's, which of a pair's two
+# events it is): its rank among one record's events.
+Keyed = tuple[str | tuple[str, int], Any]
 
 
 def _due(heap: list[tuple[float, int, str, str]], until: float) -> list[tuple]:
@@ -376,6 +377,11 @@ class SpaceMatcher:
         return spec.cell(max(sub.span[0], prof.span[0])) == cell
 
     def _subscribe(self, rec: Subscribe) -> list[Keyed]:
+        """§4 for a subscribe: `match` where a pair begins to hold, `unmatch` where one
+        ends, `update` where one holds on and its `valid_to` moves; a new subscriber
+        is sent every pair (`match`) and the old one told of each it held
+        (`unmatch`). A subscription sent again unchanged makes nothing. Each event is
+        keyed (profile id, 0 for the old subscriber's / 1 for the new one's)."""
         old = self.subs.get(rec.id)
         before = self._profiles_of(old.record, old) if old else {}
         if old:
@@ -383,23 +389,29 @@ class SpaceMatcher:
         new = self._keep(self.subs, "subscription", rec)
         after = self._profiles_of(rec, new)
         reason = "changed" if old else "new-subscription"
+        handed_over = old is not None and old.record.subscriber != rec.subscriber
         out = []
         for pid in sorted(after.keys() | before.keys()):
-            if pid in after:
-                prof = after[pid]
-                if not self._owns(new, prof):
-                    continue
-                was = (
-                    pid in before
-                    if old and old.slot is not None
-                    else old is not None and holds(old.record, prof.record)
-                )
-                if not was:
-                    out.append((pid, self._event("match", reason, new, prof, rec.ts)))
-            else:
-                prof = before[pid]
-                if self._owns(old, prof) and not self._still(new, rec, prof.record):
-                    out.append((pid, self._event("unmatch", reason, old, prof, rec.ts)))
+            prof = before.get(pid)
+            if prof is not None and self._owns(old, prof):
+                # (the forest found every pair of the new version if it is indexed here)
+                now = pid in after if new.slot is not None else holds(rec, prof.record)
+                if handed_over or not now:
+                    out.append(((pid, 0), self._event("unmatch", reason, old, prof, rec.ts)))
+            prof = after.get(pid)
+            if prof is None or not self._owns(new, prof):
+                continue
+            was = (
+                pid in before
+                if old and old.slot is not None
+                else old is not None and holds(old.record, prof.record)
+            )
+            if handed_over or not was:
+                out.append(((pid, 1), self._event("match", reason, new, prof, rec.ts)))
+            elif min(old.record.valid_to, prof.record.valid_to) != min(
+                rec.valid_to, prof.record.valid_to
+            ):
+                out.append(((pid, 1), self._event("update", reason, new, prof, rec.ts)))
         return out
 
     def _publish(self, rec: Publish) -> list[Keyed]:
