@@ -14,6 +14,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
+
 from matcher.constraints import MAX_WHERE_BYTES, Conjunction, predicate_of
 from matcher.encoding import encode
 from matcher.errors import FilterError, RecordError
@@ -201,9 +203,7 @@ def _parse_json(raw: bytes | str) -> dict:
     except UnicodeDecodeError as exc:
         raise RecordError(f"record is not UTF-8 text (byte {exc.start})") from None
     try:
-        obj = json.loads(
-            text, parse_constant=_reject_constant, parse_float=_finite_float, parse_int=_bounded_int
-        )
+        obj = _loads(raw, text)
     except json.JSONDecodeError as exc:
         raise RecordError(f"malformed JSON: {exc.msg} at column {exc.colno}") from None
     except RecursionError:
@@ -219,6 +219,28 @@ def _parse_json(raw: bytes | str) -> dict:
     if version != 1:
         raise RecordError(f"unsupported schema version {version!r}; this matcher reads version 1")
     return obj
+
+
+def _loads(raw: bytes, text: str) -> Any:
+    """`raw` (whose UTF-8 is `text`) parsed as `json.loads` with the hooks below
+    parses it, by msgspec's decoder where it reads it: it reads the same values and
+    refuses all that json refuses (and more: NaN, an unpaired surrogate escape, a
+    number past the float range, deep nesting); where it refuses, or where an
+    integer may pass `MAX_INT` (`_LONG_NUMBER`), json.loads reads it, so that
+    every refusal keeps json's reason."""
+    if _LONG_NUMBER.search(raw) is None:
+        try:
+            return _FAST_DECODE(raw)
+        except (msgspec.MsgspecError, RecursionError):
+            pass
+    return json.loads(
+        text, parse_constant=_reject_constant, parse_float=_finite_float, parse_int=_bounded_int
+    )
+
+
+_FAST_DECODE = msgspec.json.Decoder().decode
+# 300 digits in a row: an integer near MAX_INT (2**1023, 308 digits) is left to json
+_LONG_NUMBER = re.compile(rb"[0-9]{300}")
 
 
 # a JSON escape of a UTF-16 surrogate: paired, json.loads makes one character of

@@ -8,7 +8,10 @@ import json
 import re
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from matcher import records
 from matcher.admission import RAW_KEPT_BYTES, Input
 from matcher.encoding import encode
 from matcher.engine import Engine
@@ -346,3 +349,71 @@ def test_infinite_payload_number_is_a_dead_letter():
     for m in matches:
         json.loads(encode(m), parse_constant=lambda c: pytest.fail(f"{c} in the output"))
     assert len(dead) == 1
+
+
+# -- the JSON parser: msgspec where it reads a record as json.loads does ----------------
+
+JSON_VALUES = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**1100), 2**1100)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.sampled_from((0.1, -0.0, 5e-324, 1.7976931348623157e308, 1e22, 2**53 + 1))
+    | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
+    max_leaves=12,
+)
+
+
+def _outcome(parse, raw: bytes):
+    """What `parse(raw)` gives: ("value", repr) or ("error", type, message)."""
+    try:
+        return ("value", repr(parse(raw)))
+    except (ValueError, RecursionError) as exc:
+        return ("error", type(exc).__name__, str(exc))
+
+
+def _json_loads(raw: bytes):
+    return json.loads(
+        raw.decode(),
+        parse_constant=records._reject_constant,
+        parse_float=records._finite_float,
+        parse_int=records._bounded_int,
+    )
+
+
+def _parsed(raw: bytes):
+    return records._loads(raw, raw.decode("utf-8"))
+
+
+@settings(max_examples=300, deadline=None)
+@given(JSON_VALUES, st.booleans(), st.binary(max_size=3), st.integers(0, 40))
+def test_the_parser_reads_and_refuses_as_json_loads(value, ascii_only, noise, cut):
+    """Whole values, values cut short, and either with a few bytes after them."""
+    whole = json.dumps(value, ensure_ascii=ascii_only).encode("utf-8", "surrogatepass")
+    for raw in (whole, whole[:cut], whole + noise, whole[:cut] + noise):
+        try:
+            raw.decode("utf-8")
+        except UnicodeDecodeError:
+            continue  # (refused before it is parsed)
+        assert _outcome(_parsed, raw) == _outcome(_json_loads, raw)
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b'{"a": NaN}',
+        b'{"a": 1e999}',
+        b'{"a": "x\ty"}',  # (a raw control character in a string)
+        b'{"\\ud800": 1}',
+        b'\xef\xbb\xbf{"a": 1}',
+        b'{"a": 01}',
+        b'{"a": 1}x',
+        b"[" * 5000 + b"]" * 5000,
+        b'{"a": 1' + b"0" * 400 + b"}",
+        b'{"a": 1' + b"0" * 305 + b"}",
+        b'{"a": 1, "a": 2}',
+    ],
+)
+def test_the_parser_refuses_with_json_s_reasons(raw):
+    assert _outcome(_parsed, raw) == _outcome(_json_loads, raw)
