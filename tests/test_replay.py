@@ -14,6 +14,7 @@ ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
 
 
+KINDS = ("subscription", "profile")
 TSM = Path(sys.executable).with_name("tsm")  # the installed entry point, as a user runs it
 
 
@@ -31,12 +32,23 @@ def test_examples_to_stdout_twice_byte_identical():
     assert first.returncode == 0, first.stderr.decode()
     assert first.stdout == second.stdout and first.stderr == second.stderr
     records = [json.loads(line) for line in first.stdout.splitlines()]
-    assert records and all(r["match_id"] for r in records)
-    assert {"match", "unmatch"} <= {r["event"] for r in records}
     # the dead letters (the broken where, the NaN) go to stderr by default
     dead = [json.loads(line) for line in first.stderr.splitlines() if line.startswith(b"{")]
     where = {(Path(d["source"]["file"]).name, d["source"]["line"]) for d in dead}
     assert where == {("subscriptions.jsonl", 6), ("profiles.jsonl", 6)}
+    # the rest is what the oracle makes of the good lines
+    items = []
+    for kind, name in (("subscription", "subscriptions.jsonl"), ("profile", "profiles.jsonl")):
+        lines = (EXAMPLES / name).read_text().splitlines()
+        items += [
+            (kind, json.loads(line), (0, n))
+            for n, line in enumerate(lines, 1)
+            if line.strip() and (name, n) not in where
+        ]
+    expected, late = oracle.OracleEngine().process_batch(items)
+    assert late == [] and len(expected) > 10
+    assert oracle.by_pair(records) == oracle.by_pair(expected)
+    assert {"match", "unmatch"} <= {r["event"] for r in records}
     assert any("column" in d["reason"] for d in dead)
     assert b"match records" in first.stderr
 
@@ -152,10 +164,24 @@ def test_generated_file_twice_identical_and_equal_to_the_oracle(tmp_path):
 
 
 def test_batches_and_lateness(tmp_path):
-    subs, profs, _ = _generated(tmp_path, seed=11)
+    subs, profs, items = _generated(tmp_path, seed=11)
     args = [*example_args(subs, profs), "--batch-lines", "20", "--lateness", "50"]
     first, second = replay(*args), replay(*args)
     assert first.returncode == 0, first.stderr.decode()
     assert first.stdout == second.stdout and first.stderr == second.stderr
     dead = [json.loads(line) for line in first.stderr.splitlines() if line.startswith(b"{")]
     assert dead and all(d["reason"].startswith("late:") for d in dead)
+    # the oracle, cut as `--batch-lines 20` cuts: 20 lines of each file a batch
+    ref, expected, late = oracle.OracleEngine(50), [], []
+    # (positions with their kind: the two files' lines are numbered alike)
+    kinds = {k: [(k, r, (*at, k)) for kind, r, at in items if kind == k] for k in KINDS}
+    for start in range(0, max(map(len, kinds.values())), 20):
+        batch = kinds["subscription"][start : start + 20] + kinds["profile"][start : start + 20]
+        events, refused = ref.process_batch(batch)
+        expected += events
+        late += [(kind, line) for _, line, kind in refused]
+    got = [json.loads(line) for line in first.stdout.splitlines()]
+    assert oracle.by_pair(got) == oracle.by_pair(expected)
+    files = {"subs.jsonl": "subscription", "profs.jsonl": "profile"}
+    said = [(files[Path(d["source"]["file"]).name], d["source"]["line"]) for d in dead]
+    assert sorted(said) == sorted(late)
