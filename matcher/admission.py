@@ -10,11 +10,13 @@ Spark job takes the first and the state keys in its decode stage
 job and the replay admit the same records for the same reasons.
 
 A record is parsed once. The decode stage sends what a state key needs of the
-record along with it, `pack_record(record)`: its fields as decoded, the predicate as
-normalized constraints and the profile as normalized values, which
-`unpack_record` builds back without parsing or checking anything again (a sharded
-space's cells each unpack the same bytes). The raw value travels too, since a
-late record's dead letter carries it as it came.
+record along with it, `pack_record(record)`: its fields as decoded, the
+predicate as normalized constraints and the profile as normalized values,
+which `unpack_record` builds back without parsing or checking anything again
+(a sharded space's cells each unpack the same bytes). The bytes are a pickle
+of plain values that the job's own decode stage made, never a user's. The
+raw value travels too, since a late record's dead letter carries it as it
+came.
 """
 
 from __future__ import annotations
@@ -161,9 +163,9 @@ _CONSTRAINT_FIELDS = attrgetter(*(f.name for f in fields(Constraint)))
 
 
 def pack_record(record: Record) -> bytes:
-    """A decoded record as bytes that `unpack_record` builds back without parsing: its
-    fields, the predicate as its constraints, the profile as its normalized values
-    (not its source, which the reader knows). Costs a pickle of those fields."""
+    """A decoded record as bytes that `unpack_record` builds back without parsing:
+    its fields, the predicate as its constraints, the profile as its normalized
+    values (not its source, which the reader knows). Costs a pickle of those."""
     r = record
     if type(r) is Publish:
         fields_ = (_PUBLISH, r.space, r.id, r.ts, r.profile.attrs, r.valid_from, r.valid_to)
