@@ -41,3 +41,16 @@ def test_matcher_imports_nothing_above_it():
     for name, deps in _matcher_graph().items():
         above = sorted(d for d in deps if d.split(".")[0] in OUTSIDE)
         assert not above, f"{name} imports {above}"
+
+
+def test_snapshots_naming_held_in_the_engine_still_load(monkeypatch):
+    """`matcher.engine.Held`, the name that existing checkpoints' snapshots carry, loads."""
+    import pickle
+
+    from matcher.held import Held
+
+    monkeypatch.setattr(Held, "__module__", "matcher.engine")
+    blob = pickle.dumps(Held(None, "v1", 3))  # (as such a snapshot writes it)
+    monkeypatch.undo()
+    assert b"matcher.engine" in blob
+    assert pickle.loads(blob) == Held(None, "v1", 3)
