@@ -259,7 +259,8 @@ def output_path(config: Any) -> Path:
 def _operator_stream(spark: SparkSession, config: Any, processor: StatefulProcessor) -> DataFrame:
     """The job's source, decode stage, watermark and operator shape, around `processor`."""
     from connectors.kafka_source import read_stream
-    from streaming.decode_stage import DECODED_DDL, INPUT_COLUMNS, DecodeStage, build_sharding
+    from streaming.config import build_sharding
+    from streaming.decode_stage import DECODED_DDL, INPUT_COLUMNS, DecodeStage
     from streaming.processor import OUTPUT_DDL
 
     topics = config.topics

@@ -4,9 +4,10 @@
 held subscriptions and profiles, their DoubleForest, and the collection
 synchronization of §4. Which pairs held before a change is not stored: it is
 asked of the forest with the old version, so state is just the held records.
-`Engine` holds every key, decodes, orders (§5), moves the watermark and sends
-bad and late records to the dead letters; the Spark job drives `SpaceMatcher`
-directly from its stateful operator, `tsm replay` drives `Engine`.
+`Engine` holds every key, admits each batch (`matcher.admission`: decode,
+dead letters, lateness, state keys, order) and moves the watermark; the Spark
+job drives `SpaceMatcher` directly from its stateful operator, `tsm replay`
+drives `Engine`.
 """
 
 from __future__ import annotations
@@ -21,19 +22,17 @@ from typing import Any
 
 import numpy as np
 
+from matcher.admission import Input, decode_input, in_order, late_letter, state_keys
 from matcher.double_forest import DoubleForest
-from matcher.errors import RecordError
+from matcher.errors import SettingError
 from matcher.events import event_dict
+from matcher.held import Held
 from matcher.records import (
     OPEN,
     Publish,
     Record,
-    Source,
     Subscribe,
     Unsubscribe,
-    dead_letter,
-    decode,
-    order_key,
     to_state,
     version_of,
 )
@@ -41,8 +40,9 @@ from matcher.sharding import Sharding, ShardSpec, span_of
 from matcher.times import MAX_LATENESS_MS
 
 # An event keyed by the id of the pair's other side (the profile of a
-# subscription's events, and the reverse): its rank among one record's events.
-Keyed = tuple[str, Any]
+# subscription's events, and the reverse; with a subscribe's, which of a pair's two
+# events it is): its rank among one record's events.
+Keyed = tuple[str | tuple[str, int], Any]
 
 
 def _due(heap: list[tuple[float, int, str, str]], until: float) -> list[tuple]:
@@ -65,19 +65,6 @@ def _runs(records: list[Record]) -> Iterator[tuple[int, int]]:
             end += 1
         yield start, end
         start = end
-
-
-@dataclass(slots=True)
-class Held:
-    """A held subscription or profile: its record, version and forest slot."""
-
-    record: Subscribe | Publish
-    version: str
-    slot: int | None  # None: held but not indexed in this cell
-    span: tuple[float, float] | None = None
-    # What a writer made once of this record for all its events (`MatchWriter`): not
-    # state, so not compared, and not in the job's snapshots (`streaming.state_cache`).
-    memo: Any = field(default=None, init=False, compare=False, repr=False)
 
 
 def holds(sub: Subscribe, pub: Publish) -> bool:
@@ -390,6 +377,11 @@ class SpaceMatcher:
         return spec.cell(max(sub.span[0], prof.span[0])) == cell
 
     def _subscribe(self, rec: Subscribe) -> list[Keyed]:
+        """§4 for a subscribe: `match` where a pair begins to hold, `unmatch` where one
+        ends, `update` where one holds on and its `valid_to` moves; a new subscriber
+        is sent every pair (`match`) and the old one told of each it held
+        (`unmatch`). A subscription sent again unchanged makes nothing. Each event is
+        keyed (profile id, 0 for the old subscriber's / 1 for the new one's)."""
         old = self.subs.get(rec.id)
         before = self._profiles_of(old.record, old) if old else {}
         if old:
@@ -397,23 +389,29 @@ class SpaceMatcher:
         new = self._keep(self.subs, "subscription", rec)
         after = self._profiles_of(rec, new)
         reason = "changed" if old else "new-subscription"
+        handed_over = old is not None and old.record.subscriber != rec.subscriber
         out = []
         for pid in sorted(after.keys() | before.keys()):
-            if pid in after:
-                prof = after[pid]
-                if not self._owns(new, prof):
-                    continue
-                was = (
-                    pid in before
-                    if old and old.slot is not None
-                    else old is not None and holds(old.record, prof.record)
-                )
-                if not was:
-                    out.append((pid, self._event("match", reason, new, prof, rec.ts)))
-            else:
-                prof = before[pid]
-                if self._owns(old, prof) and not self._still(new, rec, prof.record):
-                    out.append((pid, self._event("unmatch", reason, old, prof, rec.ts)))
+            prof = before.get(pid)
+            if prof is not None and self._owns(old, prof):
+                # (the forest found every pair of the new version if it is indexed here)
+                now = pid in after if new.slot is not None else holds(rec, prof.record)
+                if handed_over or not now:
+                    out.append(((pid, 0), self._event("unmatch", reason, old, prof, rec.ts)))
+            prof = after.get(pid)
+            if prof is None or not self._owns(new, prof):
+                continue
+            was = (
+                pid in before
+                if old and old.slot is not None
+                else old is not None and holds(old.record, prof.record)
+            )
+            if handed_over or not was:
+                out.append(((pid, 1), self._event("match", reason, new, prof, rec.ts)))
+            elif min(old.record.valid_to, prof.record.valid_to) != min(
+                rec.valid_to, prof.record.valid_to
+            ):
+                out.append(((pid, 1), self._event("update", reason, new, prof, rec.ts)))
         return out
 
     def _publish(self, rec: Publish) -> list[Keyed]:
@@ -499,23 +497,6 @@ class SpaceMatcher:
         return [self._event(event, reason, sub, prof, ts) for sub in subs]
 
 
-def late_reason(ts: int, watermark: float, lateness_ms: int) -> str:
-    """The dead-letter reason of a late record (the same in replay and the job)."""
-    return (
-        f"late: ts {ts} is below the watermark {int(watermark)} (allowed lateness {lateness_ms} ms)"
-    )
-
-
-@dataclass(frozen=True, slots=True)
-class Input:
-    """One raw topic record: which topic kind, its bytes, where it came from."""
-
-    kind: str  # "subscription" | "profile"
-    raw: bytes | str
-    source: Source
-    timestamp: int | None = None  # the Kafka record timestamp, used when `ts` is missing
-
-
 @dataclass(frozen=True, slots=True)
 class Output:
     topic: str  # "matches" | "deadletter"
@@ -525,16 +506,19 @@ class Output:
 
 @dataclass
 class Engine:
-    """Every key's SpaceMatcher, fed batch by batch in the order of §5."""
+    """Every key's SpaceMatcher, fed batch by batch in the order of §5
+    (`sharding` None: no space is sharded)."""
 
     lateness_ms: int = 0
-    sharding: Sharding = field(default_factory=Sharding)
+    sharding: Sharding | None = None
     matchers: dict[str, SpaceMatcher] = field(default_factory=dict)
     max_ts: float = -math.inf
 
     def __post_init__(self) -> None:
+        if self.sharding is None:
+            self.sharding = Sharding()
         if not 0 <= self.lateness_ms <= MAX_LATENESS_MS:
-            raise ValueError(
+            raise SettingError(
                 f"lateness must be from 0 to {MAX_LATENESS_MS} ms, not {self.lateness_ms}"
             )
 
@@ -549,27 +533,29 @@ class Engine:
         return m
 
     def process_batch(self, items: Iterable[Input]) -> list[Output]:
+        """Admit a batch (`matcher.admission`: bad and late records become dead
+        letters), apply each key's records in order, then evict what expired before
+        the watermark everywhere."""
         out: list[Output] = []
         per_key: dict[str, list[Record]] = {}
         watermark = self.watermark
         batch_max = self.max_ts
         for item in items:
-            try:
-                record = decode(item.kind, item.raw, item.source, item.timestamp)
-            except RecordError as exc:
-                out.append(Output("deadletter", None, dead_letter(str(exc), item.raw, item.source)))
+            record = decode_input(item)
+            if isinstance(record, dict):
+                out.append(Output("deadletter", None, record))
                 continue
-            if record.ts < watermark:
-                reason = late_reason(record.ts, watermark, self.lateness_ms)
-                out.append(Output("deadletter", None, dead_letter(reason, item.raw, item.source)))
+            letter = late_letter(record.ts, watermark, self.lateness_ms, item.raw, item.source)
+            if letter is not None:
+                out.append(Output("deadletter", None, letter))
                 continue
             batch_max = max(batch_max, record.ts)
-            for key in self.sharding.keys_for(record):
+            for key in state_keys(record, self.sharding):
                 per_key.setdefault(key, []).append(record)
         for space, keys in _by_space({k: recs[0].space for k, recs in per_key.items()}):
             ranked = []
             for key in keys:
-                records = sorted(per_key[key], key=order_key)
+                records = in_order(per_key[key])
                 ranked += self.matcher(key, space).apply_batch_ranked(records)
             out += _merged(ranked)
         self.max_ts = batch_max

@@ -22,12 +22,11 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from matcher.encoding import encode, encode_text
+from matcher.held import Held
 from matcher.records import OPEN
-
-if TYPE_CHECKING:
-    from matcher.engine import Held
 
 MATCH_FIELDS = (
     "event",
@@ -44,17 +43,9 @@ MATCH_FIELDS = (
     "payload",
 )
 
-# `json.dumps(value, separators=(",", ":"), ensure_ascii=False)`, without a new
-# encoder per call (json.dumps makes one whenever it is given separators)
-_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
-_STR = json.encoder.encode_basestring  # how that encoder writes a str
+_STR = json.encoder.encode_basestring  # how `encode` writes a str
 _sha256 = hashlib.sha256
 _DIGEST_BYTES = 12  # per half of a match_id: 96 bits, 16 base64 characters
-
-
-def encode(value: Any) -> bytes:
-    """The one serialization of output records: compact JSON, UTF-8."""
-    return _ENCODER.encode(value).encode()
 
 
 def _digest(*parts: str) -> str:
@@ -146,7 +137,7 @@ class MatchWriter:
         payload = p.payload
         cached = self._payloads.get(id(payload))
         if cached is None or cached[0] is not payload:
-            cached = self._payloads[id(payload)] = (payload, _ENCODER.encode(payload))
+            cached = self._payloads[id(payload)] = (payload, encode_text(payload))
         # `_pair` and the record's fields, inlined (a call per record cost more than
         # the rest of the loop; the tests hold the bytes to `encode(event_dict(...))`).
         # What the records share: the fields around the subscription's.

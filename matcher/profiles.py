@@ -53,6 +53,15 @@ class Profile:
         self._key = tuple((name, type(v).__name__, v) for name, v in self.attrs.items())
         self._hash = hash(self._key)
 
+    @classmethod
+    def from_normalized(cls, attrs: dict[str, Any]) -> Profile:
+        """The profile of another one's `attrs` (sorted, normalized), not checked again."""
+        profile = cls.__new__(cls)
+        profile.attrs = attrs
+        profile._key = tuple((name, type(v).__name__, v) for name, v in attrs.items())
+        profile._hash = hash(profile._key)
+        return profile
+
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Profile) and self._key == other._key
 

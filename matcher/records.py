@@ -6,7 +6,6 @@ how to fix it; the caller turns it into a dead letter and goes on.
 
 from __future__ import annotations
 
-import base64
 import functools
 import hashlib
 import json
@@ -15,7 +14,10 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
+
 from matcher.constraints import MAX_WHERE_BYTES, Conjunction, predicate_of
+from matcher.encoding import encode
 from matcher.errors import FilterError, RecordError
 from matcher.filter_json import parse_filter
 from matcher.profiles import Profile
@@ -30,8 +32,6 @@ MAX_RECORD_BYTES = 1024 * 1024
 MAX_OUTPUT_BYTES = 1_000_000
 MAX_PAYLOAD_BYTES = 900_000  # the payload as match records write it (compact JSON, UTF-8)
 MAX_NAME_CHARS = 1024  # id, space, subscriber (at most 6 bytes a character, escaped)
-MAX_REASON_CHARS = 1000  # a dead letter's reason (some quote the bad value)
-RAW_KEPT_BYTES = 600_000  # a dead letter's raw past what fits: this much, as base64
 _PAYLOAD_GROWTH = 5  # compact JSON of a parsed value is under 5x its text (1e15 ->
 # 1000000000000000.0 is the most), so a record this much under the limit needs no check
 # Arrays and objects a record may nest, itself included. A payload travels on in
@@ -119,11 +119,6 @@ Record = Subscribe | Unsubscribe | Publish | Retract
 _OPS = {"subscription": ("subscribe", "unsubscribe"), "profile": ("publish", "retract")}
 
 
-def order_key(record: Record) -> tuple:
-    """SEMANTICS §5: (ts, subscriptions before profiles, input position)."""
-    return (record.ts, 0 if record.kind == "subscription" else 1, record.source.position)
-
-
 def _reject_constant(name: str) -> Any:
     raise RecordError(f"{name} is not allowed in a record: numbers must be finite")
 
@@ -151,6 +146,10 @@ def _time(obj: dict, name: str, default: int | None) -> int | None:
     if isinstance(value, int | float):
         if not math.isfinite(value):
             raise RecordError(f"'{name}' must be a finite number")
+        if isinstance(value, float) and not value.is_integer():
+            raise RecordError(
+                f"'{name}' must be a whole number of epoch milliseconds, got {value!r}"
+            )
         ms = int(value)
     elif isinstance(value, str):
         try:
@@ -204,9 +203,7 @@ def _parse_json(raw: bytes | str) -> dict:
     except UnicodeDecodeError as exc:
         raise RecordError(f"record is not UTF-8 text (byte {exc.start})") from None
     try:
-        obj = json.loads(
-            text, parse_constant=_reject_constant, parse_float=_finite_float, parse_int=_bounded_int
-        )
+        obj = _loads(raw, text)
     except json.JSONDecodeError as exc:
         raise RecordError(f"malformed JSON: {exc.msg} at column {exc.colno}") from None
     except RecursionError:
@@ -222,6 +219,28 @@ def _parse_json(raw: bytes | str) -> dict:
     if version != 1:
         raise RecordError(f"unsupported schema version {version!r}; this matcher reads version 1")
     return obj
+
+
+def _loads(raw: bytes, text: str) -> Any:
+    """`raw` (whose UTF-8 is `text`) parsed as `json.loads` with the hooks below
+    parses it, by msgspec's decoder where it reads it: it reads the same values and
+    refuses all that json refuses (and more: NaN, an unpaired surrogate escape, a
+    number past the float range, deep nesting); where it refuses, or where an
+    integer may pass `MAX_INT` (`_LONG_NUMBER`), json.loads reads it, so that
+    every refusal keeps json's reason."""
+    if _LONG_NUMBER.search(raw) is None:
+        try:
+            return _FAST_DECODE(raw)
+        except (msgspec.MsgspecError, RecursionError):
+            pass
+    return json.loads(
+        text, parse_constant=_reject_constant, parse_float=_finite_float, parse_int=_bounded_int
+    )
+
+
+_FAST_DECODE = msgspec.json.Decoder().decode
+# 300 digits in a row: an integer near MAX_INT (2**1023, 308 digits) is left to json
+_LONG_NUMBER = re.compile(rb"[0-9]{300}")
 
 
 # a JSON escape of a UTF-16 surrogate: paired, json.loads makes one character of
@@ -248,18 +267,11 @@ def _nested_deeper(obj: Any, levels: int) -> bool:
     return True
 
 
-def _encode(value: Any) -> bytes:
-    """`matcher.events.encode`: the bytes output records are written as."""
-    from matcher.events import encode  # (here: events imports this module)
-
-    return encode(value)
-
-
 def _check_unicode(obj: dict) -> None:
     """Refuse a record whose text holds an unpaired surrogate (a `\\udXXX` escape
     alone): its match records, state and dead letters could not be written."""
     try:
-        _encode(obj)
+        encode(obj)
     except UnicodeEncodeError as exc:
         bad = exc.object[exc.start : exc.end].encode("unicode_escape").decode("ascii")
         raise RecordError(
@@ -289,7 +301,7 @@ def _check_output_size(record: Record, raw_bytes: int) -> None:
                 "(it goes into every match record)"
             )
     if isinstance(record, Publish) and raw_bytes * _PAYLOAD_GROWTH > MAX_PAYLOAD_BYTES:
-        size = len(_encode(record.payload))
+        size = len(encode(record.payload))
         if size > MAX_PAYLOAD_BYTES:
             raise RecordError(
                 f"'payload' is {size} bytes of JSON; the limit is {MAX_PAYLOAD_BYTES}, so "
@@ -347,8 +359,10 @@ def compile_where(where: str) -> tuple[Conjunction, ...]:
 
 def _subscribe(obj, space, ident, ts, valid_from, valid_to, source) -> Subscribe:
     subscriber = _text(obj, "subscriber")
-    relation = obj.get("relation") or "overlaps"
-    if relation not in ("overlaps", "covers"):
+    relation = obj.get("relation")
+    if relation is None:  # (absent or null: the default of §1)
+        relation = "overlaps"
+    elif relation not in ("overlaps", "covers"):
         raise RecordError(f"'relation' must be 'overlaps' or 'covers', got {relation!r}")
     where, flt = obj.get("where"), obj.get("filter")
     if (where is None) == (flt is None):
@@ -399,44 +413,3 @@ def version_of(state: str) -> str:
     """A short digest of a held record's content (its `to_state`): its version in
     `match_id`s."""
     return hashlib.sha1(state.encode()).hexdigest()[:16]
-
-
-def _base64(raw: bytes) -> str:
-    return base64.b64encode(raw).decode("ascii")
-
-
-def dead_letter(reason: str, raw: bytes | str, source: Source) -> dict[str, Any]:
-    """The dead-letter record: the reason, the original value and where it was.
-
-    It fits a Kafka message (`MAX_OUTPUT_BYTES`) whatever the value: a reason is
-    cut at `MAX_REASON_CHARS`, and a raw value that would not fit (a record over
-    the size limit, say) is kept as its first `RAW_KEPT_BYTES`, base64, with
-    `raw_truncated` and its whole size in `raw_bytes`."""
-    if len(reason) > MAX_REASON_CHARS:
-        reason = reason[: MAX_REASON_CHARS - 1] + "…"
-    letter = _dead_letter(reason, raw, source)
-    # (escaped, a character of text is at most 6 bytes: most letters need no measuring)
-    if 6 * len(raw) + 8 * MAX_REASON_CHARS > MAX_OUTPUT_BYTES:
-        if len(_encode(letter)) > MAX_OUTPUT_BYTES:
-            data = raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else raw
-            letter["raw"] = _base64(data[:RAW_KEPT_BYTES])
-            letter["raw_encoding"] = "base64"
-            letter["raw_truncated"] = True
-            letter["raw_bytes"] = len(data)
-            letter["source"] = letter.pop("source")  # (last, as in every other letter)
-    return letter
-
-
-def _dead_letter(reason: str, raw: bytes | str, source: Source) -> dict[str, Any]:
-    if isinstance(raw, str):
-        try:
-            raw.encode("utf-8")
-            text, encoding = raw, "utf-8"
-        except UnicodeEncodeError:  # (a lone surrogate: kept as its bytes)
-            text, encoding = _base64(raw.encode("utf-8", "surrogatepass")), "base64"
-    else:
-        try:
-            text, encoding = raw.decode("utf-8"), "utf-8"
-        except UnicodeDecodeError:
-            text, encoding = _base64(raw), "base64"
-    return {"reason": reason, "raw": text, "raw_encoding": encoding, "source": source.to_json()}

@@ -17,8 +17,10 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from matcher.constraints import NUM, Conjunction
+from matcher.errors import SettingError
 from matcher.profiles import Profile
 from matcher.records import Publish, Record, Subscribe
 
@@ -57,24 +59,41 @@ class ShardSpec:
 
     def __post_init__(self) -> None:
         if not isinstance(self.attribute, str) or not self.attribute:
-            raise ValueError(f"attribute must be an attribute's name, got {self.attribute!r}")
+            raise SettingError(f"attribute must be an attribute's name, got {self.attribute!r}")
         bad = [c for c in self.cuts if not _number(c)]
         if bad:
-            raise ValueError(f"cuts must be finite numbers, got {bad[0]!r}")
+            raise SettingError(f"cuts must be finite numbers, got {bad[0]!r}")
         if any(a >= b for a, b in zip(self.cuts, self.cuts[1:], strict=False)):
-            raise ValueError(f"cuts must ascend, each above the one before: {list(self.cuts)}")
+            raise SettingError(f"cuts must ascend, each above the one before: {list(self.cuts)}")
         if len(self.cuts) >= MAX_CELLS:
-            raise ValueError(f"at most {MAX_CELLS} cells (every record goes to every cell)")
+            raise SettingError(f"at most {MAX_CELLS} cells (every record goes to every cell)")
 
     @classmethod
     def grid(cls, attribute: str, width: float, cells: int, origin: float = 0.0) -> ShardSpec:
         if not (_number(width) and width > 0 and _number(origin)):
-            raise ValueError(
+            raise SettingError(
                 f"width must be a positive number and origin a number: {width!r}, {origin!r}"
             )
         if not isinstance(cells, int) or isinstance(cells, bool) or not 1 <= cells <= MAX_CELLS:
-            raise ValueError(f"cells must be a whole number from 1 to {MAX_CELLS}, got {cells!r}")
+            raise SettingError(f"cells must be a whole number from 1 to {MAX_CELLS}, got {cells!r}")
         return cls(attribute, tuple(origin + width * i for i in range(1, cells)))
+
+    @classmethod
+    def from_table(cls, table: Mapping[str, Any]) -> ShardSpec:
+        """A `[sharding.<space>]` table: `attribute` with `cuts = [...]`, or `attribute`,
+        `width`, `cells` (and `origin`) for an even grid. Raises SettingError."""
+        table = dict(table)
+        try:
+            if "cuts" in table:
+                spec = cls(table.pop("attribute"), tuple(table.pop("cuts")))
+                if table:
+                    raise TypeError(f"unexpected {', '.join(table)}")
+                return spec
+            return cls.grid(**table)
+        except (KeyError, TypeError) as exc:
+            raise SettingError(
+                f"needs attribute and cuts, or attribute, width and cells (and origin): {exc}"
+            ) from None
 
     @property
     def cells(self) -> int:
@@ -129,7 +148,7 @@ class Sharding:
         self.config = dict(config or {})
         for space in self.config:
             if space.startswith(RESERVED):
-                raise ValueError(f"{space!r}: a sharded space's name must not start with NUL")
+                raise SettingError(f"{space!r}: a sharded space's name must not start with NUL")
         names = names or {}
         self.names = {
             space: tuple(names.get(space) or cell_keys(space, spec.cells))
@@ -139,7 +158,7 @@ class Sharding:
         for space, keys in self.names.items():
             spec = self.config[space]
             if len(keys) != spec.cells or len(set(keys)) != len(keys):
-                raise ValueError(f"{space}: {spec.cells} distinct cell keys needed, got {keys}")
+                raise SettingError(f"{space}: {spec.cells} distinct cell keys needed, got {keys}")
             self._cells.update((key, (space, spec, cell)) for cell, key in enumerate(keys))
 
     def keys_for(self, record: Record) -> Sequence[str]:

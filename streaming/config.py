@@ -46,12 +46,15 @@ checkpoint that holds state under other `[sharding]` tables
 from __future__ import annotations
 
 import tomllib
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
 from connectors.config import Topics
+from matcher.sharding import Sharding, ShardSpec
 from matcher.times import MAX_LATENESS_MS
+from streaming.placement import cell_names
 
 SOURCES = ("python", "native")
 
@@ -143,13 +146,27 @@ def load_config(path: str | Path | None) -> JobConfig:
     for space, spec in values.get("sharding", {}).items():
         if not isinstance(spec, dict):
             raise ConfigError(f"{path}: [sharding.{space}] must be a table")
-    from streaming.decode_stage import build_sharding
-
     try:
         build_sharding(values.get("sharding", {}))
     except ValueError as exc:
         raise ConfigError(f"{path}: {exc}") from None
     return JobConfig.validated(JobConfig(**values), str(path))
+
+
+def build_sharding(
+    tables: Mapping[str, Mapping[str, Any]], partitions: int = 1, held: Collection[str] = ()
+) -> Sharding:
+    """`[sharding.<space>]` tables → `Sharding` (`ShardSpec.from_table`). Cells are
+    named to run on different ones of `partitions` shuffle partitions, except
+    those already `held` in the checkpoint's state (`streaming.placement`).
+    Raises ValueError naming the table."""
+    specs = {}
+    for space, table in tables.items():
+        try:
+            specs[space] = ShardSpec.from_table(table)
+        except ValueError as exc:
+            raise ValueError(f"[sharding.{space}]: {exc}") from None
+    return Sharding(specs, cell_names(specs, partitions, held))
 
 
 def _client_options(table: dict[str, Any], path: Path, prefix: str = "") -> dict[str, str]:

@@ -1,34 +1,34 @@
 """The stateless stage before the state: decode, validate, key, and stamp event time.
 
 Runs in `mapInArrow` on the Kafka rows, so that a bad record costs one row,
-never a failed task. A good record becomes one row per state key (one per
+never a failed task. It takes the first steps of admission
+(`matcher.admission`): a good record becomes one row per state key (one per
 shard cell it touches, SEMANTICS §8) carrying its event time `ts`, the §5
-order fields and the raw value, which the processor decodes again: the raw
-value, not a parsed form, is what a late record's dead letter must carry.
-A bad record becomes one row under `DEAD_LETTER_KEY` whose value is already
-the encoded dead letter; it passes the stateful stage untouched, so that the
-source is read once and every output leaves through the one sink.
+order fields, the record as decoded (`admission.pack_record`: the operator builds it
+back without parsing it again) and the raw value, which a late record's dead
+letter carries. A bad record becomes one row under `DEAD_LETTER_KEY` whose
+value is already the encoded dead letter; it passes the stateful stage
+untouched, so that the source is read once and every output leaves through
+the one sink.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Iterator
 from typing import Any
 
 import pyarrow as pa
 
 from connectors.config import Topics
-from matcher.errors import RecordError
-from matcher.events import encode
-from matcher.records import Source, dead_letter, decode
-from matcher.sharding import RESERVED, Sharding, ShardSpec
-from streaming.placement import cell_names
+from matcher.admission import KIND_ORDER, Input, decode_input, pack_record, state_keys
+from matcher.encoding import encode
+from matcher.records import Source
+from matcher.sharding import RESERVED, Sharding
+from streaming.spark_time import to_spark_us
 
 # The key that groups the bad records of a batch: reserved, no space's key.
 DEAD_LETTER_KEY = RESERVED + "deadletter"
-# Order of kinds within one ts (SEMANTICS §5); dead letters have no order.
-KIND_ORDER = {"subscription": 0, "profile": 1}
-DEAD = 2
+DEAD = 2  # the `kord` of a dead letter (`KIND_ORDER` for the others): it has no order
 
 # The Kafka columns the stage reads.
 INPUT_COLUMNS = ("topic", "partition", "offset", "timestamp", "value")
@@ -37,47 +37,20 @@ DECODED_SCHEMA = pa.schema(
     [
         ("skey", pa.string()),  # state key: space or space#cell
         ("space", pa.string()),
-        ("ets", pa.timestamp("us", tz="UTC")),  # event time, for the watermark only
+        ("ets", pa.timestamp("us", tz="UTC")),  # event time for the watermark (`spark_time`)
         ("ts", pa.int64()),  # event time, epoch ms
         ("kord", pa.int32()),  # 0 subscription, 1 profile, 2 dead letter
         ("topic", pa.string()),
         ("part", pa.int32()),
         ("off", pa.int64()),
-        ("ktime", pa.int64()),  # Kafka timestamp, epoch ms: the fallback ts
         ("value", pa.binary()),  # raw record; for a dead letter, the encoded dead letter
+        ("record", pa.binary()),  # `admission.pack_record` of the record; null for a dead letter
     ]
 )
 DECODED_DDL = (
     "skey string, space string, ets timestamp, ts long, kord int, topic string, "
-    "part int, off long, ktime long, value binary"
+    "part int, off long, value binary, record binary"
 )
-
-
-def build_sharding(
-    tables: Mapping[str, Mapping[str, Any]], partitions: int = 1, held: Collection[str] = ()
-) -> Sharding:
-    """`[sharding.<space>]` tables → `Sharding`: `attribute` with `cuts = [...]`,
-    or `attribute`, `width`, `cells` (and `origin`) for an even grid. Cells are
-    named to run on different ones of `partitions` shuffle partitions, except
-    those already `held` in the checkpoint's state (`streaming.placement`)."""
-    specs = {}
-    for space, table in tables.items():
-        table = dict(table)
-        try:
-            if "cuts" in table:
-                specs[space] = ShardSpec(table.pop("attribute"), tuple(table.pop("cuts")))
-                if table:
-                    raise TypeError(f"unexpected {', '.join(table)}")
-            else:
-                specs[space] = ShardSpec.grid(**table)
-        except (KeyError, TypeError) as exc:
-            raise ValueError(
-                f"[sharding.{space}] needs attribute and cuts, or attribute, width and cells "
-                f"(and origin): {exc}"
-            ) from None
-        except ValueError as exc:
-            raise ValueError(f"[sharding.{space}]: {exc}") from None
-    return Sharding(specs, cell_names(specs, partitions, held))
 
 
 class DecodeStage:
@@ -102,19 +75,18 @@ class DecodeStage:
         ):
             ktime = None if stamp is None else stamp // 1000
             source = Source(topic=topic, partition=part, offset=off)
-            base = {"topic": topic, "part": part, "off": off, "ktime": ktime}
-            try:
-                record = decode(self.kinds[topic], value or b"", source, fallback_ts=ktime)
-            except RecordError as exc:
-                letter = encode(dead_letter(str(exc), value or b"", source))
-                out.append(base | {"skey": DEAD_LETTER_KEY, "kord": DEAD, "value": letter})
+            base = {"topic": topic, "part": part, "off": off}
+            record = decode_input(Input(self.kinds[topic], value or b"", source, ktime))
+            if isinstance(record, dict):
+                out.append(base | {"skey": DEAD_LETTER_KEY, "kord": DEAD, "value": encode(record)})
                 continue
             row = base | {
                 "space": record.space,
-                "ets": record.ts * 1000,
+                "ets": to_spark_us(record.ts),
                 "ts": record.ts,
                 "kord": KIND_ORDER[record.kind],
                 "value": value,
+                "record": pack_record(record),
             }
-            out.extend(row | {"skey": key} for key in self.sharding.keys_for(record))
+            out.extend(row | {"skey": key} for key in state_keys(record, self.sharding))
         return out

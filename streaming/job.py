@@ -91,7 +91,8 @@ def matched_stream(spark: SparkSession, config: JobConfig, metrics: Any) -> Data
     writes its records itself (`direct_output`)."""
     from connectors.kafka_source import read_stream
     from streaming.checkpoint_guard import check_sharding
-    from streaming.decode_stage import DECODED_DDL, INPUT_COLUMNS, DecodeStage, build_sharding
+    from streaming.config import build_sharding
+    from streaming.decode_stage import DECODED_DDL, INPUT_COLUMNS, DecodeStage
     from streaming.processor import OUTPUT_DDL, MatchProcessor
     from streaming.state_reader import held_keys
 

@@ -21,6 +21,8 @@ from typing import Any
 from pyspark.accumulators import AccumulatorParam
 from pyspark.sql.streaming import StreamingQueryListener
 
+from streaming.spark_time import from_spark_text
+
 COUNTERS = (
     "rows",
     "matches",
@@ -78,7 +80,7 @@ def batch_summary(
         "input_rows_per_s": round(progress.get("inputRowsPerSecond") or 0.0, 1),
         "processed_rows_per_s": round(progress.get("processedRowsPerSecond") or 0.0, 1),
         "batch_ms": (progress.get("durationMs") or {}).get("triggerExecution"),
-        "watermark": (progress.get("eventTime") or {}).get("watermark"),
+        "watermark": from_spark_text((progress.get("eventTime") or {}).get("watermark")),
         **{name: counters.get(name, 0) for name in COUNTERS},
         "cache_hit_rate": round(hits / (hits + misses), 3) if hits + misses else None,
         **{f"live_{name}": live.get(name, 0) for name in GAUGES},

@@ -42,10 +42,13 @@ length must carry its token, or the snapshot's when that is 0), across the
 last snapshot if need be.
 
 Timers: one per key, at the next `valid_to` + 1 (Spark fires a timer once the
-watermark reaches it; §3 evicts when `valid_to < watermark`). Lateness: the
-watermark column is dropped before this stage, so Spark hands late rows over
-instead of dropping them silently, and they are judged here against the
-watermark in force at the batch start.
+watermark reaches it; §3 evicts when `valid_to < watermark`), in Spark's event
+time (`streaming.spark_time`). Input: each row carries its record as the decode
+stage decoded it (`matcher.admission.pack_record`), built back here without
+parsing. Lateness: the watermark column is dropped before this stage, so Spark
+hands late rows over instead of dropping them silently, and they are judged
+here (`matcher.admission.late_letter`) against the watermark in force at the
+batch start.
 """
 
 from __future__ import annotations
@@ -54,7 +57,6 @@ import gc
 import json
 import random
 from collections.abc import Iterator
-from operator import itemgetter
 from typing import Any
 
 import pandas as pd
@@ -63,19 +65,20 @@ from pyspark.sql.streaming.stateful_processor import ExpiredTimerInfo, TimerValu
 
 from connectors.config import Topics
 from connectors.outlet import outlet, pack
-from matcher.engine import SpaceMatcher, late_reason
-from matcher.events import MatchWriter, encode
-from matcher.records import Source, dead_letter, decode, from_state
+from matcher.admission import in_order, late_letter, unpack_record
+from matcher.encoding import encode
+from matcher.engine import SpaceMatcher
+from matcher.events import MatchWriter
+from matcher.records import Source, from_state
 from matcher.sharding import Sharding
 from streaming import state_cache
-from streaming.decode_stage import DEAD_LETTER_KEY, KIND_ORDER
+from streaming.decode_stage import DEAD_LETTER_KEY
+from streaming.spark_time import from_spark_ms, to_spark_ms
 from streaming.state_cache import dump_snapshot, load_snapshot
 
 # connectors.sink_rows.PACKED_COLUMNS: a batch's records in runs of PACK_SIZE a row
 OUTPUT_DDL = "topic string, keys array<binary>, values array<binary>"
-_KINDS = {order: kind for kind, order in KIND_ORDER.items()}
-_ROW_COLUMNS = ("ts", "kord", "part", "off", "topic", "ktime", "value")
-_ORDER = itemgetter(0, 1, 2, 3)
+_ROW_COLUMNS = ("ts", "part", "off", "topic", "value", "record")
 # The `log` key kinds of a batch's changes, by generation parity (the log since
 # one snapshot is a generation; the one before it is kept, see `_compact`).
 BATCH_KINDS = ("changes", "changes.1")
@@ -121,13 +124,12 @@ def _gc_off(frames: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
 
 
 def _rows(frames: Iterator[pd.DataFrame]) -> list[tuple]:
-    """A key's input rows as `(ts, kord, part, off, topic, ktime, value)`, in the
-    order of SEMANTICS §5 (ts, then subscriptions first, then topic position)."""
+    """A key's input rows as `(ts, part, off, topic, value, record)`."""
     columns: list[list] = [[] for _ in _ROW_COLUMNS]
     for frame in frames:
         for column, name in zip(columns, _ROW_COLUMNS, strict=True):
             column += frame[name].tolist()
-    return sorted(zip(*columns, strict=True), key=_ORDER)
+    return list(zip(*columns, strict=True))
 
 
 class _Log:
@@ -242,21 +244,20 @@ class MatchProcessor(StatefulProcessor):
     def _handle(
         self, skey: str, rows: list[tuple], timerValues: TimerValues
     ) -> Iterator[pd.DataFrame]:
-        watermark = timerValues.getCurrentWatermarkInMs()
+        watermark = from_spark_ms(timerValues.getCurrentWatermarkInMs())
         counts = {"keys": 1, "rows": len(rows)}
         matcher, meta = self._matcher(skey, counts)
         late, batch = [], []
         # (every cell of a sharded space gets each record: the first one rejects it)
         rejects = self.sharding.is_first(skey)
-        for ts, kord, part, off, topic, ktime, value in rows:
+        for ts, part, off, topic, value, record in rows:
             source = Source(topic=topic, partition=part, offset=off)
-            if ts < watermark:
-                if rejects:
-                    reason = late_reason(ts, watermark, self.lateness_ms)
-                    late.append((None, encode(dead_letter(reason, value, source))))
-                continue
-            ktime = None if ktime != ktime else int(ktime)  # (NaN: no Kafka timestamp)
-            batch.append(decode(_KINDS[kord], value, source, fallback_ts=ktime))
+            letter = late_letter(ts, watermark, self.lateness_ms, value, source)
+            if letter is None:
+                batch.append(unpack_record(record, source))
+            elif rejects:
+                late.append((None, encode(letter)))
+        batch = in_order(batch)
         out = outlet(self.matches_topic, self.direct)
         with matcher.writing(MatchWriter(matcher.space)):
             yield from out.add(matcher.expire(watermark))
@@ -278,7 +279,7 @@ class MatchProcessor(StatefulProcessor):
         meta["timer"] = None  # Spark deletes the timer that fired
         matcher, meta = self._matcher(skey, counts, meta)
         with matcher.writing(MatchWriter(matcher.space)):
-            records = matcher.expire(timerValues.getCurrentWatermarkInMs())
+            records = matcher.expire(from_spark_ms(timerValues.getCurrentWatermarkInMs()))
         yield from pack(self.matches_topic, records, self.direct)
         self._save(skey, matcher, meta, len(records), counts)
 
@@ -459,7 +460,7 @@ class MatchProcessor(StatefulProcessor):
 
     def _move_timer(self, matcher: Any, meta: dict) -> None:
         expiry = matcher.next_expiry()
-        wanted = None if expiry is None else int(expiry) + 1
+        wanted = None if expiry is None else to_spark_ms(expiry) + 1
         if wanted == meta["timer"]:
             return
         if meta["timer"] is not None:

@@ -12,11 +12,12 @@ from collections.abc import Callable, Iterator
 from typing import IO, TYPE_CHECKING
 
 if TYPE_CHECKING:  # the engine pulls in numpy: keep `tsm --help` fast
-    from matcher.engine import Engine, Input
+    from matcher.admission import Input
+    from matcher.engine import Engine
 
 
 def _lines(path: str, kind: str) -> Iterator[Input]:
-    from matcher.engine import Input
+    from matcher.admission import Input
     from matcher.records import Source
 
     with open(path, "rb") as handle:
@@ -47,8 +48,8 @@ def replay(
     """Run both files through an engine; returns (match records, dead letters).
 
     `progress(done, total)` is called after each batch with the input records done."""
+    from matcher.encoding import encode
     from matcher.engine import Engine
-    from matcher.events import encode
 
     engine = engine or Engine(lateness_ms=lateness_ms)
     subs = list(_lines(subscriptions, "subscription"))

@@ -253,9 +253,14 @@ def pair_holds(sub: Held, prof: Held) -> bool:
     return predicate_holds(sub.dnf, sub.record.get("relation") or "overlaps", prof.attrs)
 
 
+def pair_end(sub: Held, prof: Held) -> float:
+    """The end of the pair's validity: the intersection of the two intervals' (§6)."""
+    return min(sub.valid_to, prof.valid_to)
+
+
 def event(name: str, reason: str, sub: Held, prof: Held, ts: int) -> dict[str, Any]:
     """A match record without its `match_id` (compared separately)."""
-    valid_to = min(sub.valid_to, prof.valid_to)
+    valid_to = pair_end(sub, prof)
     return {
         "event": name,
         "reason": reason,
@@ -301,6 +306,7 @@ class Space:
             ]
 
     def apply(self, kind_: str, record: dict[str, Any]) -> list[dict[str, Any]]:
+        """§3's expiry, then §4: the events of the change of the holding pairs."""
         ts = to_ms(record["ts"])
         out = self.expire(ts)
         ident, table = str(record["id"]), self.held[kind_]
@@ -315,13 +321,31 @@ class Space:
             table[ident] = hold(kind_, record)
             reason = "changed" if old else f"new-{kind_}"
         after = self.pairs()
+        # "A change of a subscription's subscriber is an unmatch to the old subscriber
+        # for every pair it held and a match to the new one."
+        handed_over = (
+            record["op"] == "subscribe"
+            and old is not None
+            and old.record["subscriber"] != record["subscriber"]
+        )
         for key in sorted(before.keys() | after.keys()):
-            if key in after and key not in before:
+            if handed_over and key[0] == ident:
+                if key in before:
+                    out.append(event("unmatch", reason, *before[key], ts))
+                if key in after:
+                    out.append(event("match", reason, *after[key], ts))
+            elif key in after and key not in before:
                 out.append(event("match", reason, *after[key], ts))
             elif key in before and key not in after:
                 out.append(event("unmatch", reason, *before[key], ts))
             elif record["op"] == "publish" and old is not None and key[1] == ident:
+                # "the pair held before a change of the profile and still holds"
                 out.append(event("update", reason, *after[key], ts))
+            elif record["op"] == "subscribe" and old is not None and key[0] == ident:
+                # "a pair that still holds emits update only where the end of its
+                # validity (valid_to) moves, and nothing otherwise"
+                if pair_end(*before[key]) != pair_end(*after[key]):
+                    out.append(event("update", reason, *after[key], ts))
         return out
 
 

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from streaming.checkpoint_guard import FILE, ShardingChanged, check_sharding
-from streaming.decode_stage import build_sharding
+from streaming.config import build_sharding
 
 CUTS = {"vehicles": {"attribute": "lat", "cuts": [60.0, 61.0]}}
 

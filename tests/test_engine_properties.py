@@ -17,11 +17,12 @@ from datetime import UTC, datetime, timedelta
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from matcher.admission import Input, order_key
 from matcher.constraints import predicate_of
-from matcher.engine import Engine, Input, SpaceMatcher
-from matcher.events import encode
+from matcher.encoding import encode
+from matcher.engine import Engine, SpaceMatcher
 from matcher.profiles import Profile
-from matcher.records import Source, decode, order_key, to_state
+from matcher.records import Source, decode, to_state
 from matcher.sharding import Sharding, ShardSpec
 from tests import layouts, oracle
 
@@ -85,11 +86,37 @@ def record(draw, base: int, spaces: tuple[str, ...], n: int) -> tuple[str, dict]
 
 
 @st.composite
+def sent_again(draw, rec: dict) -> dict:
+    """A subscription sent again (§4): as it was (a client reconnecting), later, with
+    another end of its lifetime, or to another subscriber."""
+    again = dict(rec)
+    change = draw(st.sampled_from(("same", "later", "end", "subscriber")))
+    if change == "later":
+        again["ts"] = oracle.to_ms(rec["ts"]) + draw(st.integers(0, 20))
+        if rec.get("valid_to") is not None:  # (its lifetime must still start before it ends)
+            again.setdefault("valid_from", rec["ts"])
+    elif change == "end":
+        start = oracle.to_ms(rec.get("valid_from") or rec["ts"])
+        again["valid_to"] = draw(st.sampled_from((None, start, start + 7, start + 30)))
+    elif change == "subscriber":
+        again["subscriber"] = {"alice": "bob", "bob": "alice"}[rec["subscriber"]]
+    return again
+
+
+@st.composite
 def workloads(draw, spaces=("A", "B")):
     """(base time, batches of (kind, record, line)); lines run across the batches."""
     base = draw(st.sampled_from(BASES))
     n = draw(st.integers(1, 18))
     records = [draw(record(base, spaces, i)) for i in range(n)]
+    for _ in range(draw(st.integers(0, 3))):
+        at = [i for i, (_, r) in enumerate(records) if r["op"] == "subscribe"]
+        if not at:
+            break
+        i = draw(st.sampled_from(at))
+        place = draw(st.integers(i + 1, len(records)))
+        records.insert(place, ("subscription", draw(sent_again(records[i][1]))))
+    n = len(records)
     cuts = sorted(draw(st.lists(st.integers(0, n), max_size=2)))
     bounds = [0, *cuts, n]
     return base, [
@@ -142,6 +169,11 @@ def test_engine_equals_oracle(workload, lateness):
     assert late == expected_late
     assert oracle.by_pair(matches) == oracle.by_pair(expected)
     assert all(re.fullmatch("[A-Za-z0-9_-]{32}", m["match_id"]) for m in matches)
+    # a match_id tells apart the records of different pairs and events
+    ids: dict[str, tuple] = {}
+    for m in matches:
+        pair = (m["space"], m["subscription_id"], m["profile_id"], m["event"])
+        assert ids.setdefault(m["match_id"], pair) == pair
 
     # determinism: the same input again, byte for byte
     assert run_engine(Engine(lateness_ms=lateness), batches) == out
@@ -277,3 +309,55 @@ def test_spaces_named_like_keys_stay_apart():
         ("A", "match"),
     ]
     assert sorted(run_engine(Engine(sharding=SHARDS), [batch])) == sorted(plain)
+
+
+# -- SEMANTICS §4 on a subscription's change, example by example -------------------------
+
+T = 1_700_000_000_000
+S1 = {"op": "subscribe", "id": "s1", "space": "A", "subscriber": "alice", "where": "x >= 0"}
+HELD = [
+    ("subscription", S1 | {"ts": T}, 1),
+    ("profile", {"op": "publish", "id": "p1", "space": "A", "attrs": {"x": 1}, "ts": T}, 2),
+    ("profile", {"op": "publish", "id": "p2", "space": "A", "attrs": {"x": 5}, "ts": T}, 3),
+]
+HELD[1][1]["valid_to"], HELD[2][1]["valid_to"] = None, T + 10
+
+
+def changes(again: dict) -> list[tuple]:
+    """(event, reason, subscriber, profile, valid_to) of `again` after `HELD`, checked
+    against the oracle, and the same from a sharded engine, in the same order."""
+    batches = [HELD, [("subscription", again, 4)]]
+    got = split(run_engine(Engine(), batches))[0][2:]
+    sharded = split(run_engine(Engine(sharding=SHARDS), batches))[0][2:]
+    assert sharded == got
+    ref = oracle.OracleEngine()
+    ref.process_batch([(k, r, (0, line)) for k, r, line in HELD])
+    want, _ = ref.process_batch([("subscription", again, (0, 4))])
+    assert oracle.by_pair(got) == oracle.by_pair(want)
+    return [(e["event"], e["reason"], e["subscriber"], e["profile_id"], e["valid_to"]) for e in got]
+
+
+def test_a_subscription_sent_again_unchanged_makes_nothing():
+    assert changes(S1 | {"ts": T}) == []
+    assert changes(S1 | {"ts": T + 5}) == []  # (a client reconnecting later)
+
+
+def test_a_new_subscriber_is_handed_every_pair():
+    assert changes(S1 | {"ts": T + 5, "subscriber": "bob"}) == [
+        ("unmatch", "changed", "alice", "p1", None),
+        ("match", "changed", "bob", "p1", None),
+        ("unmatch", "changed", "alice", "p2", T + 10),
+        ("match", "changed", "bob", "p2", T + 10),
+    ]
+
+
+def test_an_update_where_the_end_of_a_holding_pair_moves():
+    # p2 ends at T + 10 before and after: its pair does not change
+    assert changes(S1 | {"ts": T + 5, "valid_from": T, "valid_to": T + 50}) == [
+        ("update", "changed", "alice", "p1", T + 50),
+    ]
+    # an end before p2's moves both; a filter that loses p1 unmatches it instead
+    assert changes(S1 | {"ts": T + 5, "where": "x > 2", "valid_from": T, "valid_to": T + 8}) == [
+        ("unmatch", "changed", "alice", "p1", None),
+        ("update", "changed", "alice", "p2", T + 8),
+    ]

@@ -8,15 +8,18 @@ import json
 import re
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from matcher.engine import Engine, Input
-from matcher.events import encode
+from matcher import records
+from matcher.admission import RAW_KEPT_BYTES, Input
+from matcher.encoding import encode
+from matcher.engine import Engine
 from matcher.records import (
     MAX_DEPTH,
     MAX_NAME_CHARS,
     MAX_OUTPUT_BYTES,
     MAX_PAYLOAD_BYTES,
-    RAW_KEPT_BYTES,
     Source,
     decode,
     from_state,
@@ -83,6 +86,15 @@ BAD = [
     ("subscription", sub(subscriber=None), r"missing 'subscriber'"),
     ("subscription", json.dumps(SUB), r"exactly one of 'where' and 'filter'"),
     ("subscription", sub(relation="near"), r"'relation' must be 'overlaps' or 'covers'"),
+    # only the two words or no relation at all: empty, false or 0 are no relation
+    ("subscription", sub(relation=""), r"'relation' must be 'overlaps' or 'covers', got ''"),
+    ("subscription", sub(relation=False), r"'relation' must be .*, got False"),
+    ("subscription", sub(relation=0), r"'relation' must be .*, got 0"),
+    ("subscription", sub(relation=["covers"]), r"'relation' must be .*, got \['covers'\]"),
+    # a time is whole milliseconds: a fraction is not dropped silently
+    ("profile", pub(ts=1000.5), r"'ts' must be a whole number of epoch milliseconds, got 1000.5"),
+    ("profile", pub(valid_from=999.9), r"'valid_from' must be a whole number .* got 999.9"),
+    ("subscription", sub(valid_to=1e3 + 0.25), r"'valid_to' must be a whole number"),
     ("subscription", sub(version=2), r"unsupported schema version 2"),
     ("subscription", where("speed >> 40"), r"unexpected '>' at column 8"),
     ("subscription", where("x = 1 AND (y = 2"), r"column \d+"),
@@ -278,6 +290,30 @@ def test_out_of_order_within_one_batch_is_not_late():
     assert [m["reason"] for m in matches] == ["new-profile"]  # ordered by ts (§5)
 
 
+def test_relation_absent_or_null_is_overlaps():
+    for fields in ({}, {"relation": None}):
+        assert decode("subscription", sub(**fields)).relation == "overlaps"
+    assert decode("subscription", sub(relation="covers")).relation == "covers"
+
+
+def test_whole_float_times_are_milliseconds_and_iso_fractions_floor():
+    """A float time with no fraction is that millisecond; an ISO time's digits past
+    the millisecond are dropped, toward the past (the millisecond it falls in)."""
+    record = decode("profile", pub(ts=1000.0, valid_from=1e3, valid_to=2.5e3))
+    assert (record.ts, record.valid_from, record.valid_to) == (1000, 1000, 2500)
+    assert type(record.ts) is int and type(record.valid_to) is int
+    for iso, ms in [
+        ("2026-11-22T10:00:00.0009Z", 1795341600000),
+        ("2026-11-22T10:00:00.123456Z", 1795341600123),
+        ("1969-12-31T23:59:59.9995Z", -1),
+    ]:
+        assert decode("profile", pub(ts=iso)).ts == ms
+
+
+def test_an_engine_without_sharding():
+    assert run([("subscription", sub()), ("profile", pub())], Engine(sharding=None))[0]
+
+
 def test_iso_times_convert_exactly():
     """ISO-8601 with milliseconds must give the same epoch ms as a TIMESTAMP literal."""
     for iso, ms in [
@@ -313,3 +349,71 @@ def test_infinite_payload_number_is_a_dead_letter():
     for m in matches:
         json.loads(encode(m), parse_constant=lambda c: pytest.fail(f"{c} in the output"))
     assert len(dead) == 1
+
+
+# -- the JSON parser: msgspec where it reads a record as json.loads does ----------------
+
+JSON_VALUES = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**1100), 2**1100)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.sampled_from((0.1, -0.0, 5e-324, 1.7976931348623157e308, 1e22, 2**53 + 1))
+    | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
+    max_leaves=12,
+)
+
+
+def _outcome(parse, raw: bytes):
+    """What `parse(raw)` gives: ("value", repr) or ("error", type, message)."""
+    try:
+        return ("value", repr(parse(raw)))
+    except (ValueError, RecursionError) as exc:
+        return ("error", type(exc).__name__, str(exc))
+
+
+def _json_loads(raw: bytes):
+    return json.loads(
+        raw.decode(),
+        parse_constant=records._reject_constant,
+        parse_float=records._finite_float,
+        parse_int=records._bounded_int,
+    )
+
+
+def _parsed(raw: bytes):
+    return records._loads(raw, raw.decode("utf-8"))
+
+
+@settings(max_examples=300, deadline=None)
+@given(JSON_VALUES, st.booleans(), st.binary(max_size=3), st.integers(0, 40))
+def test_the_parser_reads_and_refuses_as_json_loads(value, ascii_only, noise, cut):
+    """Whole values, values cut short, and either with a few bytes after them."""
+    whole = json.dumps(value, ensure_ascii=ascii_only).encode("utf-8", "surrogatepass")
+    for raw in (whole, whole[:cut], whole + noise, whole[:cut] + noise):
+        try:
+            raw.decode("utf-8")
+        except UnicodeDecodeError:
+            continue  # (refused before it is parsed)
+        assert _outcome(_parsed, raw) == _outcome(_json_loads, raw)
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b'{"a": NaN}',
+        b'{"a": 1e999}',
+        b'{"a": "x\ty"}',  # (a raw control character in a string)
+        b'{"\\ud800": 1}',
+        b'\xef\xbb\xbf{"a": 1}',
+        b'{"a": 01}',
+        b'{"a": 1}x',
+        b"[" * 5000 + b"]" * 5000,
+        b'{"a": 1' + b"0" * 400 + b"}",
+        b'{"a": 1' + b"0" * 305 + b"}",
+        b'{"a": 1, "a": 2}',
+    ],
+)
+def test_the_parser_refuses_with_json_s_reasons(raw):
+    assert _outcome(_parsed, raw) == _outcome(_json_loads, raw)

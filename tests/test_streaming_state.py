@@ -226,7 +226,7 @@ class _Metrics:
 
 def _processor(snapshot_every: int):
     from connectors.config import Topics
-    from streaming.decode_stage import build_sharding
+    from streaming.config import build_sharding
     from streaming.processor import MatchProcessor
 
     topics = Topics(subscriptions="s", profiles="p", matches="m", deadletter="d")
@@ -244,20 +244,24 @@ def _batches(subs: list[dict], profiles: list[dict]) -> list[tuple[str, list[dic
 
 
 def _halves(kind: str, rows: list[dict]) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """A batch's input frames, its rows split over two (as Spark may hand them)."""
-    from streaming.decode_stage import KIND_ORDER
+    """A batch's input frames as the decode stage makes them, its rows split over
+    two (as Spark may hand them)."""
+    from connectors.config import Topics
+    from streaming.config import build_sharding
+    from streaming.decode_stage import DecodeStage
 
-    frame = pd.DataFrame(
+    topic = "s" if kind == "subscription" else "p"
+    stage = DecodeStage(Topics(subscriptions="s", profiles="p"), build_sharding({}))
+    kafka = pa.RecordBatch.from_pydict(
         {
-            "ts": [r["ts"] for r in rows],
-            "kord": KIND_ORDER[kind],
-            "topic": "s" if kind == "subscription" else "p",
-            "part": 0,
-            "off": range(len(rows)),
-            "ktime": 0,
+            "topic": [topic] * len(rows),
+            "partition": [0] * len(rows),
+            "offset": list(range(len(rows))),
+            "timestamp": pa.array([0] * len(rows), pa.timestamp("us", tz="UTC")),
             "value": [json.dumps(r).encode() for r in rows],
         }
     )
+    frame = pd.DataFrame(stage.rows(kafka))
     return frame.iloc[: len(rows) // 2], frame.iloc[len(rows) // 2 :]
 
 

@@ -351,6 +351,38 @@ def test_idle_space_is_cleaned_by_event_time_timers(spark, bootstrap, new_topic,
     assert counters["timers"] >= 1
 
 
+def test_times_before_1970_are_judged_as_in_replay(spark, bootstrap, new_topic, tmp_path):
+    """Spark's watermark starts at 0: records before 1970 are on time in the job as in
+    `tsm replay`, and one late before 1970 is late in both (`streaming.spark_time`)."""
+    topics = make_topics(new_topic, bootstrap)
+    old = -315_619_200_000  # 1960-01-01T00:00:00Z
+    sub = {"op": "subscribe", "id": "s", "space": "a", "subscriber": "u", "where": "x > 0"}
+    pub = {"op": "publish", "space": "a", "attrs": {"x": 1}, "valid_to": None}
+    produce_lines(bootstrap, topics.subscriptions, [json.dumps(sub | {"ts": old}).encode()])
+    first_profiles = [
+        pub | {"id": "p", "ts": old + 10, "valid_to": old + 20},
+        pub | {"id": "q", "ts": "1969-12-31T23:59:59.999Z"},
+    ]
+    produce_lines(bootstrap, topics.profiles, [json.dumps(r).encode() for r in first_profiles])
+    config = JobConfig(
+        bootstrap=bootstrap, topics=topics, checkpoint=str(tmp_path / "ck"), lateness_ms=5
+    )
+    first = inputs_of(bootstrap, topics)
+    run_in_process(spark, config)
+    # the watermark is now -1 - 5: -7 is late, -6 is not
+    second_profiles = [pub | {"id": "r", "ts": -7}, pub | {"id": "t", "ts": -6}]
+    produce_lines(bootstrap, topics.profiles, [json.dumps(r).encode() for r in second_profiles])
+    second = [i for i in inputs_of(bootstrap, topics) if i not in first]
+    counters = run_in_process(spark, config)
+    got = output(bootstrap, topics)
+    assert got == expected([first, second], lateness_ms=5)
+    (letter,) = map(json.loads, got["deadletter"])
+    assert letter["reason"].startswith("late: ts -7 is below the watermark -6")
+    events = sorted((r["event"], r["profile_id"]) for r in map(json.loads, got["matches"]))
+    assert events == [("match", "p"), ("match", "q"), ("match", "t"), ("unmatch", "p")]
+    assert counters["late"] == 1
+
+
 @pytest.mark.slow
 def test_sharded_run_equals_unsharded(spark, bootstrap, new_topic, tmp_path):
     topics = make_topics(new_topic, bootstrap, partitions=2)
@@ -419,7 +451,7 @@ def test_cells_keep_their_state_keys_across_restart(
 ):
     """A checkpoint whose cells have plain keys (written before cells were
     spread over partitions) keeps them: renaming would orphan their state."""
-    from streaming import decode_stage
+    from streaming import config as job_config
 
     topics = make_topics(new_topic, bootstrap)
     subs, profiles = workload(seed=5, subs=40, profiles=160, churn=False)
@@ -431,7 +463,7 @@ def test_cells_keep_their_state_keys_across_restart(
     produce_lines(bootstrap, topics.profiles, profiles[:80])
     with monkeypatch.context() as patch:
         plain = {"a": cell_keys("a", 4)}
-        patch.setattr(decode_stage, "cell_names", lambda specs, partitions, held: plain)
+        patch.setattr(job_config, "cell_names", lambda specs, partitions, held: plain)
         run_in_process(spark, config)
     assert sorted(cell_partitions(spark, config.checkpoint)) == plain["a"]
     assert spread_keys("a", 4, 2) != plain["a"]  # (else this test proves nothing)
