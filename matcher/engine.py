@@ -76,7 +76,7 @@ class Held:
     slot: int | None  # None: held but not indexed in this cell
     span: tuple[float, float] | None = None
     # What a writer made once of this record for all its events (`MatchWriter`): not
-    # state, so not compared, and not in the job's snapshots (`streaming.state_cache`).
+    # state, so not compared, and not in the job's snapshots (`streaming.state.codec`).
     memo: Any = field(default=None, init=False, compare=False, repr=False)
 
 
@@ -148,10 +148,6 @@ class SpaceMatcher:
             yield
         finally:
             del self._writer
-
-    def __setstate__(self, state):
-        self.__dict__.update(state)
-        self._drops = [0, 0]  # (snapshots of earlier versions hold a single count)
 
     def next_expiry(self) -> float | None:
         """The earliest valid_to held (for an event-time timer), or None."""

@@ -119,10 +119,6 @@ class Forest:
         # date together before the next query reads them (`_flush`).
         self._stale: set[int] = set()
 
-    def __setstate__(self, state: dict) -> None:
-        state.setdefault("_stale", set())  # (a snapshot from before `_stale`)
-        self.__dict__.update(state)
-
     def __len__(self) -> int:
         return len(self.by_key)
 
@@ -855,11 +851,6 @@ class _Mirror:
         self.pts: _Points | bool | None = None  # None: not built since the list changed
         self.spread = int(np.count_nonzero(~_is_point(lo, hi)))  # boxes that are not points
         self.moved: list[int] = []  # positions in blocks a removal moved a child into
-
-    def __setstate__(self, state: tuple[None, dict]) -> None:
-        self.moved = []  # (a snapshot from before `moved`: its boxes are widened)
-        for name, value in state[1].items():
-            setattr(self, name, value)
 
     def points(self) -> _Points | None:
         """The list's sorted columns if every box is a point (or lacks the

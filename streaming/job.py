@@ -93,7 +93,7 @@ def matched_stream(spark: SparkSession, config: JobConfig, metrics: Any) -> Data
     from streaming.checkpoint_guard import check_sharding
     from streaming.decode_stage import DECODED_DDL, INPUT_COLUMNS, DecodeStage, build_sharding
     from streaming.processor import OUTPUT_DDL, MatchProcessor
-    from streaming.state_reader import held_keys
+    from streaming.state.reader import held_keys
 
     if config.bootstrap is None:
         raise ValueError("no bootstrap address: give --bootstrap or set bootstrap in tsm.toml")
