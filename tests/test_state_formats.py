@@ -245,3 +245,31 @@ def test_log_entries_of_the_first_layout_are_replayed_before_the_rest():
         _check_batch(processor, space, reference, kind, rows)
     assert metrics.seen[9].get("snapshots")
     assert all(kind in (*BATCH_KINDS, SNAPSHOT_KIND) for kind, _ in log.entries)
+
+
+def test_a_class_moved_since_is_found_by_its_old_name(monkeypatch):
+    """A snapshot names its classes by module and name; one that moved since is found
+    through `migrations.RENAMES`, in snapshots of the current format and of format 1."""
+    import sys
+    import types
+
+    import matcher.forest
+
+    data = _json("old-records-tracking.json.gz")
+    records = _decoded(data["records"])
+    fresh = SpaceMatcher(data["space"])
+    fresh.apply_batch(records)
+    fresh.drain_changes()
+    blobs = [dump_snapshot(fresh), (FIXTURES / "old-26bb769-1.zst").read_bytes()]
+    moved = types.ModuleType("moved_forest")
+    moved.Tree = matcher.forest.Forest
+    monkeypatch.setitem(sys.modules, "moved_forest", moved)
+    monkeypatch.delattr(matcher.forest, "Forest")
+    for blob in blobs:
+        with pytest.raises(AttributeError, match="Forest"):
+            load_snapshot(blob)
+    monkeypatch.setitem(migrations.RENAMES, ("matcher.forest", "Forest"), ("moved_forest", "Tree"))
+    loaded = [load_snapshot(blob) for blob in blobs]
+    assert all(isinstance(m.forest.sub_forest, moved.Tree) for m in loaded)
+    rest = _decoded(data["rest"], len(records))
+    assert loaded[0].apply_batch(rest) == fresh.apply_batch(rest)

@@ -134,7 +134,8 @@ class LogView:
         """The changes that take a matcher at version `start` (log length, token) to
         `now`: from this generation, or from the one before the snapshot and then
         this one; None if `start` is in neither (two snapshots since, or a batch
-        that did not commit) or the log has entries of the first layout."""
+        that did not commit) or the log has entries of the first layout.
+        O(entries)."""
         if self.per_change:
             return None
         base = self._token("token")
@@ -168,13 +169,13 @@ class ChangeLog:
         return log
 
     def generation(self) -> int:
-        """The parity of the generation since the snapshot."""
+        """The parity of the generation since the snapshot. O(1)."""
         key = (SNAPSHOT_KIND, "generation")
         return int(self.state.getValue(key)[0]) if self.state.containsKey(key) else 0
 
     def append(self, position: int, token: int, changes: list[Change], generation: int) -> None:
         """Log a batch's changes at `position` (the log's length before them), as the
-        version `token`."""
+        version `token`. O(len(changes))."""
         key = (BATCH_KINDS[generation], f"{position:012d}")
         # (each change is (kind, id, state text or None): JSON writes it as a list)
         self.state.updateValue(key, (json.dumps([token, changes]),))

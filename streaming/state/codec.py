@@ -147,5 +147,8 @@ def load_snapshot(blob: bytes) -> SpaceMatcher:
         body = zstandard.ZstdDecompressor().decompress(body)
     with _gc_off():
         if version == FORMAT_VERSION:  # (nothing to upgrade: pickle's own loop, 10% quicker)
-            return pickle.loads(body)
+            try:
+                return pickle.loads(body)
+            except (ModuleNotFoundError, AttributeError):
+                pass  # (a class it names has moved since: `migrations.RENAMES`)
         return _SnapshotUnpickler(io.BytesIO(body), version).load()

@@ -5,8 +5,10 @@ an unversioned snapshot is format 1). Loading it, the codec asks here, for each
 class the pickle names:
 
 - `renamed(module, name)`: where the class lives now. `RENAMES` maps a class's
-  `(module, name)` as an earlier format wrote it to its `(module, name)` today,
-  for every class moved or renamed since (an old name is never reused);
+  `(module, name)` as a snapshot of any format wrote it to its `(module, name)`
+  today, for every class moved or renamed since (an old name is never reused;
+  a snapshot of the current format that names a moved class is read through
+  here too);
 - `upgrades(module, name, version)`: the functions that bring the state of one
   of its instances from that format to today's, in order. Each takes the
   instance's attributes (a dict, whether the class keeps a `__dict__` or
@@ -17,10 +19,9 @@ class the pickle names:
 An upgrade is registered with `@upgrade(module, name, before=V)`: it applies to
 snapshots of format versions below V, and names the class as those snapshots
 wrote it (so a later rename needs only a line in `RENAMES`). When a class's
-pickled state changes, or a pickled class moves, raise `codec.FORMAT_VERSION`
-(to V) and register the upgrade or the rename here: a snapshot of the current
-format is read as pickle reads it, with nothing looked up here. The classes
-themselves keep no `__setstate__`.
+pickled state changes, raise `codec.FORMAT_VERSION` to V and register the
+upgrade here: a snapshot of the current format is read as pickle reads it. The
+classes themselves keep no `__setstate__`.
 
 The change log's entries are JSON and `matcher.records.from_state` reads every
 record form a held record has had; what the log itself held before its
@@ -35,7 +36,8 @@ from typing import Any
 Attributes = dict[str, Any]
 Upgrade = Callable[[Attributes], Attributes]
 
-# (module, name) as a snapshot wrote it -> (module, name) now.
+# (module, name) as a snapshot wrote it -> (module, name) now. A module split in
+# two adds its table: RENAMES.update(PICKLED_RENAMES).
 RENAMES: dict[tuple[str, str], tuple[str, str]] = {}
 
 # (module, name) as written -> [(the first format version without it, upgrade)], in order.

@@ -78,8 +78,10 @@ class MatcherStore:
         return Meta(token=value[0], log_len=value[1], timer=value[2], held=held)
 
     def matcher(self, skey: str, meta: Meta, counts: dict[str, int]) -> SpaceMatcher:
-        """The key's matcher at the version `meta` says: cached, caught up or rebuilt.
-        Sets `meta.log_cost`."""
+        """The key's matcher at the version `meta` says: cached (O(1)), caught up
+        (O(log entries) to read the log, and the replay of those after the cached
+        version), or rebuilt (the snapshot's load and the log's replay). Sets
+        `meta.log_cost`."""
         cached, matcher = self.cache.take(skey), None
         if cached is not None and meta.token is not None:
             if cached.token == meta.token:
@@ -131,7 +133,8 @@ class MatcherStore:
     def save(self, skey: str, matcher: SpaceMatcher, meta: Meta, counts: dict[str, int]) -> None:
         """Persist the matcher's changes since it was had (a log entry, or a new
         snapshot), `meta` (its timer as the caller set it) and the new counts, and
-        cache it; a key that holds nothing any more has its state cleared."""
+        cache it; a key that holds nothing any more has its state cleared.
+        O(changes), or a snapshot's write (O(held)) when the log is compacted."""
         changes = matcher.drain_changes()
         before = meta.token
         if changes or before is None:
