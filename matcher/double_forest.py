@@ -105,13 +105,6 @@ class DoubleForest:
         self.profile_from = np.zeros(16)  # per profile slot
         self.profile_to = np.zeros(16)
 
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        if "profile_forest" in state:  # a snapshot from before `_unindexed`
-            state["_profile_forest"] = state.pop("profile_forest")
-        state.setdefault("_unindexed", {})
-        state.setdefault("profile_dims", state["dims"])  # (one set of columns, before)
-        self.__dict__.update(state)
-
     # -- subscriptions ------------------------------------------------------
 
     def add_subscription(

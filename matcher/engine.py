@@ -136,10 +136,6 @@ class SpaceMatcher:
         finally:
             del self._writer
 
-    def __setstate__(self, state):
-        self.__dict__.update(state)
-        self._drops = [0, 0]  # (snapshots of earlier versions hold a single count)
-
     def next_expiry(self) -> float | None:
         """The earliest valid_to held (for an event-time timer), or None."""
         while self._expiry and not self._current(self._expiry[0]):

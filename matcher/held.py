@@ -21,5 +21,5 @@ class Held:
     slot: int | None  # None: held but not indexed in this cell
     span: tuple[float, float] | None = None
     # What a writer made once of this record for all its events (`MatchWriter`): not
-    # state, so not compared, and not in the job's snapshots (`streaming.state_cache`).
+    # state, so not compared, and not in the job's snapshots (`streaming.state.codec`).
     memo: Any = field(default=None, init=False, compare=False, repr=False)

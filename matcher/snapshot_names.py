@@ -1,6 +1,6 @@
 """Where the classes a snapshot pickles have moved, for the snapshot codec.
 
-A snapshot (`streaming.state_cache.dump_snapshot`) pickles a `SpaceMatcher`
+A snapshot (`streaming.state.codec.dump_snapshot`) pickles a `SpaceMatcher`
 with its forests, so it names each class by module and name, and each
 object's state by attribute name. The codec that loads a snapshot written
 before a move finds each class through `PICKLED_RENAMES` and renames the

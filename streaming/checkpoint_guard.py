@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from matcher.sharding import Sharding
-from streaming.state_reader import has_commits
+from streaming.state.reader import has_commits
 
 FILE = "tsm-sharding.json"
 

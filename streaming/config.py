@@ -34,7 +34,7 @@ so with 2 partitions a key's batches move between two workers, each with
 its own cached matcher: brought up to date from the change log when it is
 behind, rebuilt from the snapshot and the log since the first time a worker
 meets the key (at 100k subscriptions, 2-3 s to load the snapshot and up to
-about as long again to replay the log: see `streaming.processor`). A job with
+about as long again to replay the log: see `streaming.state.store`). A job with
 one unsharded space loses nothing with `shuffle_partitions = 1`, which keeps
 its key on one worker (pipeline benchmark workload at 100k: every batch a
 cache hit).

@@ -94,7 +94,7 @@ def matched_stream(spark: SparkSession, config: JobConfig, metrics: Any) -> Data
     from streaming.config import build_sharding
     from streaming.decode_stage import DECODED_DDL, INPUT_COLUMNS, DecodeStage
     from streaming.processor import OUTPUT_DDL, MatchProcessor
-    from streaming.state_reader import held_keys
+    from streaming.state.reader import held_keys
 
     if config.bootstrap is None:
         raise ValueError("no bootstrap address: give --bootstrap or set bootstrap in tsm.toml")

@@ -56,7 +56,7 @@ def live_counts(spark: Any, checkpoint: str) -> dict[str, int]:
 
     Reads the processor's `meta` state variable with Spark's state data source.
     """
-    from streaming.state_reader import committed_state
+    from streaming.state.reader import committed_state
 
     state = committed_state(spark, checkpoint, "meta")
     if state is None:

@@ -3,7 +3,6 @@ random insert/delete sequences, shared nodes, splicing."""
 
 from __future__ import annotations
 
-import pickle
 from functools import partial
 from unittest.mock import patch
 
@@ -574,44 +573,6 @@ def test_profiles_are_indexed_when_a_subscription_asks():
     assert len(df.profile_forest) == 1
 
 
-def test_a_snapshot_from_before_lazy_profiles_loads():
-    """A pickled DoubleForest of the earlier layout (`profile_forest` an attribute
-    holding every profile, no `_unindexed`) loads and answers as before."""
-    df = DoubleForest()
-    slot = df.add_profile("p1", Profile({"x": 5}), 0, OPEN)
-    state = dict(df.__dict__, profile_forest=df.profile_forest)
-    del state["_profile_forest"], state["_unindexed"]
-    old = DoubleForest.__new__(DoubleForest)
-    old.__dict__.update(state)  # (as the earlier version pickled it)
-    loaded = pickle.loads(pickle.dumps(old))
-    _, slots = loaded.match_subscriptions([([conj("x > 4")], False, 0, OPEN)])
-    assert slots.tolist() == [slot]
-
-
-def test_a_snapshot_from_before_lazy_block_bounds_loads():
-    """A long root list pickled by the earlier layout (its wide list without `moved`:
-    block boxes widened at each removal) loads, and removes and answers as before."""
-    with layouts.lists(True):
-        df, subs = DoubleForest(), {}
-        for i in range(40):
-            c = conj(f"x >= {i} AND x <= {i + 3} AND y >= {i % 7} AND y <= {i % 7 + 1}")
-            subs[df.add_subscription(i, [c], False, 0, OPEN)] = c
-        df.sub_forest.settle()
-        wide = df.sub_forest.wide_lists[ROOT]
-        assert wide.block_count
-        state = {name: getattr(wide, name) for name in type(wide).__slots__}
-        del state["moved"]
-        old = type(wide).__new__(type(wide))
-        old.__setstate__((None, state))  # (what pickle hands an earlier version's list)
-        df.sub_forest.wide_lists[ROOT] = old
-        loaded = pickle.loads(pickle.dumps(df))
-        for slot in sorted(subs)[::3]:
-            loaded.remove_subscription(slot)
-            del subs[slot]
-        loaded.check_invariants()
-        _probe(loaded, subs, {}, [(((2, 9), (0, 3)), False), (((30, 50), (1, 5)), True)])
-
-
 def test_each_forest_has_the_columns_of_its_own_side():
     """Profiles that each bring an attribute of their own (a sensor's id as its name)
     add no columns to the subscription forest, so profile queries never test them;
@@ -630,9 +591,3 @@ def test_each_forest_has_the_columns_of_its_own_side():
     qi, slots = df.match_subscriptions(queries)
     assert list(zip(qi.tolist(), slots.tolist(), strict=True)) == [(0, held[9]), (2, held[3])]
     assert len(df.profile_dims) == 51 and len(df.dims) == 2
-    # A snapshot from before: one set of columns for both forests, read as it was.
-    state = dict(df.__dict__)
-    del state["profile_dims"]
-    old = DoubleForest.__new__(DoubleForest)
-    old.__setstate__(state)
-    assert old.profile_dims is old.dims

@@ -2,10 +2,10 @@
 fixtures of `tests/snapshot_workloads.py`) load, and the loaded matcher
 matches the same as one built afresh from the same records.
 
-The snapshots load through `_Unpickler`, which finds the classes and their
-attributes that have moved or been renamed since (`matcher.snapshot_names`),
-as the snapshot codec must, and also gives every filter and profile the hash
-of its content in this process: a `Conjunction` and a
+The snapshots load through the job's codec (`streaming.state.codec`), which
+finds the classes and their attributes that have moved or been renamed since
+(`matcher.snapshot_names`, `streaming.state.migrations`), and also gives every
+filter and profile the hash of its content in this process: a `Conjunction` and a
 `Profile` keep their hash in a slot, and a `Conjunction`'s hash depends on
 `hash(None)`, which Python 3.11 takes from None's address, so it differs from
 one process to the next. Loaded as it was pickled, an equal filter sent after
@@ -14,80 +14,24 @@ the restore misses its node in `Forest.by_key` and gets a second node.
 
 from __future__ import annotations
 
-import io
-import pickle
 from pathlib import Path
-from typing import Any
 
 import pytest
-import zstandard
 
-from matcher.constraints import Conjunction
 from matcher.double_forest import DoubleForest
 from matcher.forest import ROOT, Forest
 from matcher.forest.list_store import ListStore
 from matcher.forest.point_columns import PointColumns
 from matcher.forest.wide_list import WideList
-from matcher.profiles import Profile
-from matcher.snapshot_names import PICKLED_ATTRIBUTE_RENAMES, PICKLED_RENAMES
+from streaming.state.codec import load_snapshot
 from tests import layouts
 from tests.snapshot_workloads import BLOCKED_FROM, WORKLOADS, build, steps
 
 FIXTURES = Path(__file__).parent / "fixtures" / "snapshots"
 
 
-def _migrating(cls: type, renames: dict[str, str | None], *, rehash: bool) -> type:
-    """A subclass of `cls` that pickle builds instead: it renames the
-    attributes of the state it is given, becomes a `cls`, sets the state as
-    `cls` would, and with `rehash` takes its hash from its content."""
-
-    def __setstate__(self, state: Any) -> None:
-        self.__class__ = cls
-        if isinstance(state, tuple):  # (instance dict or None, slots)
-            state = tuple(_renamed(part, renames) if part else part for part in state)
-        else:
-            state = _renamed(state, renames)
-        if hasattr(cls, "__setstate__"):
-            cls.__setstate__(self, state)
-        else:
-            own, slots = state if isinstance(state, tuple) else (state, None)
-            if own:
-                self.__dict__.update(own)
-            for slot, value in (slots or {}).items():
-                setattr(self, slot, value)
-        if rehash:
-            self._hash = hash(self._key)
-
-    return type(cls.__name__, (cls,), {"__slots__": (), "__setstate__": __setstate__})
-
-
-def _renamed(state: dict, renames: dict[str, str | None]) -> dict:
-    named = ((renames.get(old, old), value) for old, value in state.items())
-    return {new: value for new, value in named if new is not None}
-
-
-class _Unpickler(pickle.Unpickler):
-    """Loads a snapshot of an earlier version: `PICKLED_RENAMES` and
-    `PICKLED_ATTRIBUTE_RENAMES` applied, filters and profiles rehashed."""
-
-    def find_class(self, module: str, name: str) -> Any:
-        module, name = PICKLED_RENAMES.get((module, name), (module, name))
-        cls = super().find_class(module, name)
-        renames = PICKLED_ATTRIBUTE_RENAMES.get((module, name), {})
-        rehash = cls in (Conjunction, Profile)
-        if not (renames or rehash):
-            return cls
-        if cls not in _SHIMS:
-            _SHIMS[cls] = _migrating(cls, renames, rehash=rehash)
-        return _SHIMS[cls]
-
-
-_SHIMS: dict[type, type] = {}
-
-
 def _load(name: str):
-    blob = zstandard.ZstdDecompressor().decompress((FIXTURES / f"{name}.pickle.zst").read_bytes())
-    return _Unpickler(io.BytesIO(blob)).load()
+    return load_snapshot((FIXTURES / f"{name}.pickle.zst").read_bytes())
 
 
 @pytest.mark.parametrize("name", sorted(WORKLOADS))

@@ -18,8 +18,9 @@ from connectors.sink_rows import records as sink_records
 from matcher.engine import Held, SpaceMatcher
 from matcher.events import MatchWriter, encode, event_dict
 from matcher.records import Source, decode
-from streaming import state_cache
-from streaming.state_cache import dump_snapshot, load_snapshot
+from streaming.state import change_log
+from streaming.state.cache import Entry, MatcherCache
+from streaming.state.codec import dump_snapshot, header, load_snapshot
 
 
 def _records(kind: str, rows: list[dict], topic: str) -> list:
@@ -37,9 +38,12 @@ def test_snapshot_loads_back_to_a_matcher_that_matches_the_same():
     assert copy.subs.keys() == matcher.subs.keys()
     assert copy.profiles.keys() == matcher.profiles.keys()
     assert copy.subs["s7"] == matcher.subs["s7"] and copy.subs["s7"].memo is None
-    # the old forms still load: SpaceMatcher.dump, and snapshots before compression
+    # the unversioned forms (format 1) still load: SpaceMatcher.dump, the zstd frame
+    # alone, and the pickle in it
     assert load_snapshot(matcher.dump()).subs.keys() == matcher.subs.keys()
-    plain = zstandard.ZstdDecompressor().decompress(dump_snapshot(matcher))
+    frame = dump_snapshot(matcher)[len(header()) :]
+    assert load_snapshot(frame).profiles.keys() == matcher.profiles.keys()
+    plain = zstandard.ZstdDecompressor().decompress(frame)
     assert load_snapshot(plain).profiles.keys() == matcher.profiles.keys()
     rest = _records("profile", profiles[100:], "p")
     assert copy.apply_batch(rest) == matcher.apply_batch(rest)
@@ -285,22 +289,16 @@ def test_processor_state_rebuilds_to_the_same_matches():
     space = subs[0]["space"]
     processor, handle, metrics = _processor(150)
     reference = SpaceMatcher(space)
-    workers, pick = (
-        [state_cache._entries.__class__(), state_cache._entries.__class__()],
-        random.Random(1),
-    )
-    try:
-        for index, (kind, rows) in enumerate(_batches(subs, profiles)):
-            if index == 5:  # an attempt whose state is not committed
-                saved = copy.deepcopy(handle.states)
-                state_cache._entries = workers[0]
-                list(processor.handleInputRows((space,), iter(_halves(kind, rows)), _Timer(0)))
-                for name, state in saved.items():
-                    handle.states[name].__dict__.update(state.__dict__)
-            state_cache._entries = workers[pick.randrange(2)]
-            _check_batch(processor, space, reference, kind, rows)
-    finally:
-        state_cache._entries = state_cache._entries.__class__()
+    workers, pick = [MatcherCache(), MatcherCache()], random.Random(1)
+    for index, (kind, rows) in enumerate(_batches(subs, profiles)):
+        if index == 5:  # an attempt whose state is not committed
+            saved = copy.deepcopy(handle.states)
+            processor.state.cache = workers[0]
+            list(processor.handleInputRows((space,), iter(_halves(kind, rows)), _Timer(0)))
+            for name, state in saved.items():
+                handle.states[name].__dict__.update(state.__dict__)
+        processor.state.cache = workers[pick.randrange(2)]
+        _check_batch(processor, space, reference, kind, rows)
     seen = {k for counts in metrics.seen for k in counts}
     assert {"cache_hits", "cache_catch_ups", "cache_misses", "snapshots"} <= seen
 
@@ -311,23 +309,18 @@ def test_a_worker_catches_up_across_a_snapshot_the_other_wrote(monkeypatch):
     snapshots were written since its last (the generation it needs is gone), and
     otherwise catches up, across the snapshot the other one wrote meanwhile; all
     emit what one matcher does."""
-    from streaming import processor as processor_module
-
     # Dear replays: the log is compacted once it holds a quarter of the held records.
-    monkeypatch.setattr(processor_module, "REPLAY_COST", {"profile": 4.0, "subscription": 4.0})
+    monkeypatch.setattr(change_log, "REPLAY_COST", {"profile": 4.0, "subscription": 4.0})
     subs, profiles = generate("nested", 6, 400, 600)
     space = subs[0]["space"]
     processor, _, metrics = _processor(40)
     reference = SpaceMatcher(space)
-    workers = [state_cache._entries.__class__(), state_cache._entries.__class__()]
+    workers = [MatcherCache(), MatcherCache()]
     batches = _batches(subs, profiles)
     turns = [i % 2 for i in range(8)] + [0] * (len(batches) - 9) + [1]
-    try:
-        for (kind, rows), worker in zip(batches, turns, strict=True):
-            state_cache._entries = workers[worker]
-            _check_batch(processor, space, reference, kind, rows)
-    finally:
-        state_cache._entries = state_cache._entries.__class__()
+    for (kind, rows), worker in zip(batches, turns, strict=True):
+        processor.state.cache = workers[worker]
+        _check_batch(processor, space, reference, kind, rows)
     seen = metrics.seen
     snapshots = [i for i, counts in enumerate(seen) if counts.get("snapshots")]
     expected, across = [], 0
@@ -346,7 +339,7 @@ def test_the_log_is_compacted_once_replaying_it_costs_more_than_a_snapshot():
     more than writing one (`REPLAY_COST`, in held records): a log of profiles grows
     to about as many changes as there are held records, a log of subscriptions to a
     fraction of that; a rebuild at any point in between emits what one matcher does."""
-    from streaming.processor import REPLAY_COST
+    from streaming.state.change_log import REPLAY_COST
 
     subs, profiles = generate("nested", 7, 1200, 2000)
     space = subs[0]["space"]
@@ -356,20 +349,17 @@ def test_the_log_is_compacted_once_replaying_it_costs_more_than_a_snapshot():
     batches += [("profile", profiles[i : i + 100]) for i in range(0, 2000, 100)]
     batches += [("subscription", subs[i : i + 50]) for i in range(400, 1200, 50)]
     held, cost, logged, kinds, expected, compacted = 0, 0.0, 0, set(), [], []
-    try:
-        for index, (kind, rows) in enumerate(batches):
-            state_cache._entries = state_cache._entries.__class__()  # every batch a rebuild
-            _check_batch(processor, space, reference, kind, rows)
-            held, logged = held + len(rows), logged + len(rows)
-            cost += REPLAY_COST[kind] * len(rows)
-            kinds.add(kind)
-            if cost > held:
-                expected.append(index)
-                compacted.append((kinds, logged / held))  # the log's share of the held
-                cost, logged, kinds = 0.0, 0, set()
-            assert handle.states["meta"].value[1] == logged  # the log's length
-    finally:
-        state_cache._entries = state_cache._entries.__class__()
+    for index, (kind, rows) in enumerate(batches):
+        processor.state.cache = MatcherCache()  # every batch a rebuild
+        _check_batch(processor, space, reference, kind, rows)
+        held, logged = held + len(rows), logged + len(rows)
+        cost += REPLAY_COST[kind] * len(rows)
+        kinds.add(kind)
+        if cost > held:
+            expected.append(index)
+            compacted.append((kinds, logged / held))  # the log's share of the held
+            cost, logged, kinds = 0.0, 0, set()
+        assert handle.states["meta"].value[1] == logged  # the log's length
     assert [i for i, counts in enumerate(metrics.seen) if counts.get("snapshots")] == expected
     profile_logs = [share for kinds, share in compacted if kinds == {"profile"}]
     subscription_logs = [share for kinds, share in compacted[1:] if kinds == {"subscription"}]
@@ -412,26 +402,33 @@ def test_evictions_are_matched_in_one_forest_query_and_written_as_one_at_a_time(
     assert max(queries) >= 150
 
 
-def test_the_worker_cache_is_bounded_by_records_held_not_by_matchers(monkeypatch):
-    monkeypatch.setattr(state_cache, "_entries", state_cache._Cache())
-    monkeypatch.setattr(state_cache, "MAX_HELD", 100)
+def _entry(token: int, records: int, log: tuple[int, float] = (0, 0.0)) -> Entry:
+    return Entry(token, *log, matcher=[0] * records)
+
+
+def test_the_worker_cache_is_bounded_by_records_held_not_by_matchers():
+    cache = MatcherCache(max_held=100)
     for i in range(100):  # as many small spaces as their records allow all stay
-        state_cache.put(f"room-{i}", i, (0, 0.0), [i])
-    assert len(state_cache._entries) == 100 and state_cache._entries.held == 100
-    state_cache.put("room-100", 100, (0, 0.0), [100])
-    assert len(state_cache._entries) == 100 and "room-0" not in state_cache._entries
-    monkeypatch.setattr(state_cache, "_entries", state_cache._Cache())
-    state_cache.put("a", 1, (0, 0.0), [0] * 40)
-    state_cache.put("b", 2, (3, 1.5), [0] * 50)
-    state_cache.put("a", 3, (0, 0.0), [0] * 45)  # a again: replaced, now the newest
-    assert state_cache._entries.held == 95
-    state_cache.put("c", 4, (0, 0.0), [0] * 30)  # b, the least recently used, goes
-    assert list(state_cache._entries) == ["a", "c"] and state_cache._entries.held == 75
-    assert state_cache.take("b") is None
-    token, log_len, log_cost, matcher = state_cache.take("a")
-    assert (token, log_len, log_cost, len(matcher)) == (3, 0, 0.0, 45)
-    assert state_cache._entries.held == 30
-    state_cache.put("huge", 5, (0, 0.0), [0] * 500)  # over the bound alone: kept, alone
-    assert list(state_cache._entries) == ["huge"] and state_cache._entries.held == 500
-    state_cache.drop("huge")
-    assert not state_cache._entries and state_cache._entries.held == 0
+        cache.put(f"room-{i}", _entry(i, 1))
+    assert len(cache) == 100 and cache.held == 100
+    cache.put("room-100", _entry(100, 1))
+    assert len(cache) == 100 and "room-0" not in cache.keys()
+    cache = MatcherCache(max_held=100)
+    cache.put("a", _entry(1, 40))
+    cache.put("b", _entry(2, 50, (3, 1.5)))
+    cache.put("a", _entry(3, 45))  # a again: replaced, now the newest
+    assert cache.held == 95
+    cache.put("c", _entry(4, 30))  # b, the least recently used, goes
+    assert cache.keys() == ["a", "c"] and cache.held == 75
+    assert cache.take("b") is None
+    entry = cache.take("a")
+    assert (entry.token, entry.log_len, entry.log_cost, len(entry.matcher)) == (3, 0, 0.0, 45)
+    assert cache.held == 30
+    cache.put("huge", _entry(5, 500))  # over the bound alone: kept, alone
+    assert cache.keys() == ["huge"] and cache.held == 500
+    cache.drop("huge")
+    assert not len(cache) and cache.held == 0
+    few = MatcherCache(max_entries=2)
+    for key in "xyz":
+        few.put(key, _entry(0, 1))
+    assert few.keys() == ["y", "z"]

@@ -99,10 +99,6 @@ class Forest:
         # date together before the next query reads them (`_flush`).
         self._stale: set[int] = set()
 
-    def __setstate__(self, state: dict) -> None:
-        state.setdefault("_stale", set())  # (a snapshot from before `_stale`)
-        self.__dict__.update(state)
-
     def __len__(self) -> int:
         return len(self.by_key)
 

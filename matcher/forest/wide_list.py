@@ -90,11 +90,6 @@ class WideList:
         self.non_points = int(np.count_nonzero(~is_point(lo, hi)))
         self.moved: list[int] = []  # positions in blocks a removal moved a child into
 
-    def __setstate__(self, state: tuple[None, dict]) -> None:
-        self.moved = []  # (a snapshot from before `moved`: its boxes are widened)
-        for name, value in state[1].items():
-            setattr(self, name, value)
-
     def sorted_points(self) -> PointColumns | None:
         """The list's sorted columns if every box is a point (or lacks the
         column), else None. O(1) once built for this version of the list;

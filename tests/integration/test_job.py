@@ -38,7 +38,7 @@ from matcher.sharding import cell_keys
 from streaming.checkpoint_guard import ShardingChanged
 from streaming.config import JobConfig
 from streaming.placement import partition_of, spark_hash, spread_keys
-from streaming.state_reader import committed_state
+from streaming.state.reader import committed_state
 
 pytestmark = pytest.mark.integration
 

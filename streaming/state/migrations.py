@@ -1,0 +1,198 @@
+"""Every upgrade of state written by an earlier tsm, in one place.
+
+A snapshot carries the format version it was written in (`streaming.state.codec`;
+an unversioned snapshot is format 1). Loading it, the codec asks here, for each
+class the pickle names:
+
+- `renamed(module, name)`: where the class lives now. `RENAMES` maps a class's
+  `(module, name)` as a snapshot of any format wrote it to its `(module, name)`
+  today, for every class moved or renamed since (an old name is never reused;
+  a snapshot of the current format that names a moved class is read through
+  here too);
+- `upgrades(module, name, version)`: the functions that bring the state of one
+  of its instances from that format to today's, in order. Each takes the
+  instance's attributes (a dict, whether the class keeps a `__dict__` or
+  `__slots__`) and returns them upgraded; `upgrading(cls, steps)` is the class
+  the unpickler makes such an instance with, which applies them before the
+  attributes are set.
+
+An upgrade is registered with `@upgrade(module, name, before=V)`: it applies to
+snapshots of format versions below V, and names the class as those snapshots
+wrote it (so a later rename needs only a line in `RENAMES`). When a class's
+pickled state changes, raise `codec.FORMAT_VERSION` to V and register the
+upgrade here: a snapshot of the current format is read as pickle reads it. The
+classes themselves keep no `__setstate__`.
+
+The change log's entries are JSON and `matcher.records.from_state` reads every
+record form a held record has had; what the log itself held before its
+per-batch entries is read by `per_change_entry`.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from matcher.snapshot_names import PICKLED_ATTRIBUTE_RENAMES, PICKLED_RENAMES
+
+Attributes = dict[str, Any]
+Upgrade = Callable[[Attributes], Attributes]
+
+# (module, name) as a snapshot wrote it -> (module, name) now. A module split in
+# two adds its table: RENAMES.update(PICKLED_RENAMES).
+RENAMES: dict[tuple[str, str], tuple[str, str]] = dict(PICKLED_RENAMES)
+
+# (module, name) as written -> [(the first format version without it, upgrade)], in order.
+_UPGRADES: dict[tuple[str, str], list[tuple[int, Upgrade]]] = {}
+
+
+def upgrade(module: str, name: str, *, before: int) -> Callable[[Upgrade], Upgrade]:
+    """Register the decorated function as the upgrade of `module.name`'s state in
+    snapshots of format versions below `before`."""
+
+    def register(step: Upgrade) -> Upgrade:
+        steps = _UPGRADES.setdefault((module, name), [])
+        steps.append((before, step))
+        steps.sort(key=lambda pair: pair[0])
+        return step
+
+    return register
+
+
+def renamed(module: str, name: str) -> tuple[str, str]:
+    """Where the class a snapshot names `module.name` lives now."""
+    return RENAMES.get((module, name), (module, name))
+
+
+def upgrades(module: str, name: str, version: int) -> tuple[Upgrade, ...]:
+    """The upgrades, oldest first, of the state of a `module.name` (as written) in a
+    snapshot of format `version`."""
+    return tuple(step for before, step in _UPGRADES.get((module, name), ()) if version < before)
+
+
+def upgraded_classes() -> list[tuple[str, str]]:
+    """Every class (as written) that has an upgrade."""
+    return list(_UPGRADES)
+
+
+_UPGRADING: dict[tuple[type, tuple[Upgrade, ...]], type] = {}
+
+
+def upgrading(cls: type, steps: tuple[Upgrade, ...]) -> type:
+    """A stand-in for `cls` for the unpickler: it makes the instance, upgrades the
+    state pickle hands it (`steps`, in order), makes the instance a `cls` again
+    and sets the upgraded attributes. (A subclass adding no slots, so that
+    `__class__` can be set back; `cls` must restore its state the default way,
+    with no `__setstate__` of its own.)"""
+    made = _UPGRADING.get((cls, steps))
+    if made is not None:
+        return made
+    if hasattr(cls, "__setstate__"):
+        raise TypeError(f"{cls.__qualname__} restores its own state: upgrade it there")
+
+    def __setstate__(self: Any, state: Any) -> None:  # noqa: N807 (pickle's name)
+        slots = isinstance(state, tuple)
+        attributes = {**(state[0] or {}), **(state[1] or {})} if slots else dict(state)
+        for step in steps:
+            attributes = step(attributes)
+        self.__class__ = cls
+        for attribute, value in attributes.items():
+            object.__setattr__(self, attribute, value)
+
+    made = type(cls.__name__, (cls,), {"__slots__": (), "__setstate__": __setstate__})
+    _UPGRADING[cls, steps] = made
+    return made
+
+
+# -- format 1 (tsm before the versioned snapshot: the `__setstate__` shims of 1603d57) --
+
+
+@upgrade("matcher.engine", "SpaceMatcher", before=2)
+def _drops_per_side(state: Attributes) -> Attributes:
+    """`_drops` was one count of dropped records (or, before any drop, a class
+    attribute and not in the state); now one per side. It only tells whether a
+    prefetched answer is still current, and a loaded matcher has none."""
+    state["_drops"] = [0, 0]
+    return state
+
+
+@upgrade("matcher.double_forest", "DoubleForest", before=2)
+def _lazy_profile_forest(state: Attributes) -> Attributes:
+    """The profile forest was `profile_forest` and held every profile (none waited
+    in `_unindexed`); both forests shared one set of columns (`dims`)."""
+    if "profile_forest" in state:
+        state["_profile_forest"] = state.pop("profile_forest")
+    state.setdefault("_unindexed", {})
+    state.setdefault("profile_dims", state["dims"])
+    return state
+
+
+@upgrade("matcher.forest", "Forest", before=2)
+def _no_stale_bounds(state: Attributes) -> Attributes:
+    """A removal widened its ancestors' subtree bounds at once: none is stale."""
+    state.setdefault("_stale", set())
+    return state
+
+
+@upgrade("matcher.forest", "_Mirror", before=2)
+def _moved_into_blocks(state: Attributes) -> Attributes:
+    """A removal widened the block it moved a child into at once (no `moved`), or
+    marked the block `dirty`, its box to be recomputed. A dirty block's box may
+    miss the child moved in (and still hold the one removed, which is only
+    looser): widening it by every child it holds makes it right, so each of its
+    positions counts as moved."""
+    dirty = state.pop("dirty", None) or ()
+    block = state["block"]
+    moved = state.get("moved") or []
+    state["moved"] = moved + [p for b in sorted(dirty) for p in range(b * block, (b + 1) * block)]
+    return state
+
+
+def _renaming(renames: dict[str, str | None]) -> Upgrade:
+    """An upgrade that renames attributes (`None`: the attribute is dropped)."""
+
+    def rename(state: Attributes) -> Attributes:
+        for old, new in renames.items():
+            if old in state:
+                value = state.pop(old)
+                if new is not None:
+                    state[new] = value
+        return state
+
+    return rename
+
+
+# The forest's split into `matcher.forest` (`matcher.snapshot_names`): after the
+# upgrades above, which read the attributes by their old names.
+_WRITTEN_AS = {now: written for written, now in PICKLED_RENAMES.items()}
+for _class, _renames in PICKLED_ATTRIBUTE_RENAMES.items():
+    upgrade(*_WRITTEN_AS.get(_class, _class), before=2)(_renaming(_renames))
+
+
+# -- every format ----------------------------------------------------------------
+
+# An upgrade registered `before=EVERY_FORMAT` applies to snapshots of the current
+# format too.
+EVERY_FORMAT = sys.maxsize
+
+
+@upgrade("matcher.constraints", "Conjunction", before=EVERY_FORMAT)
+@upgrade("matcher.profiles", "Profile", before=EVERY_FORMAT)
+def _rehash(state: Attributes) -> Attributes:
+    """A filter's or profile's hash, taken again in this process: a pickled one was
+    taken in the writer's, and `hash(None)`, part of many filters' hashes, differs
+    between processes. A stale hash would give a filter sent again after the load a
+    second forest node."""
+    state["_hash"] = hash(state["_key"])
+    return state
+
+
+# -- the change log ------------------------------------------------------------------
+
+
+def per_change_entry(kind: str, ident: str, rec: str | None) -> tuple[str, str, str | None]:
+    """A `log` entry of the first layout, one per change, `(kind, id) → record state
+    or null` (the latest change per id): the change it is, to replay before the
+    per-batch entries (which came later)."""
+    return kind, ident, rec
