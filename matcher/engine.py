@@ -15,7 +15,7 @@ import contextlib
 import heapq
 import math
 import pickle
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Collection, Hashable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,6 +39,7 @@ from matcher.records import (
 )
 from matcher.sharding import Sharding, ShardSpec, span_of
 from matcher.times import MAX_LATENESS_MS
+from matcher.watermark import EventClock, event_time
 
 # An event keyed by the id of the pair's other side (the profile of a
 # subscription's events, and the reverse): its rank among one record's events.
@@ -516,6 +517,15 @@ class Input:
     timestamp: int | None = None  # the Kafka record timestamp, used when `ts` is missing
 
 
+def input_partition(item: Input) -> Hashable:
+    """The input partition an input comes from: its Kafka topic-partition, or its
+    kind and file (each file of `tsm replay` is one)."""
+    source = item.source
+    if source.file is not None:
+        return (item.kind, source.file)
+    return (source.topic, source.partition)
+
+
 @dataclass(frozen=True, slots=True)
 class Output:
     topic: str  # "matches" | "deadletter"
@@ -530,7 +540,8 @@ class Engine:
     lateness_ms: int = 0
     sharding: Sharding = field(default_factory=Sharding)
     matchers: dict[str, SpaceMatcher] = field(default_factory=dict)
-    max_ts: float = -math.inf
+    # the largest time seen per input partition, and the watermark (`matcher.watermark`)
+    clock: EventClock = field(default_factory=EventClock)
 
     def __post_init__(self) -> None:
         if not 0 <= self.lateness_ms <= MAX_LATENESS_MS:
@@ -540,7 +551,9 @@ class Engine:
 
     @property
     def watermark(self) -> float:
-        return self.max_ts - self.lateness_ms
+        """SEMANTICS §3's watermark, lateness included (-inf before any time is seen)."""
+        at = self.clock.watermark
+        return -math.inf if at is None else at - self.lateness_ms
 
     def matcher(self, key: str, space: str) -> SpaceMatcher:
         m = self.matchers.get(key)
@@ -548,12 +561,19 @@ class Engine:
             m = self.matchers[key] = SpaceMatcher(space, key, self.sharding.cell_of(key))
         return m
 
-    def process_batch(self, items: Iterable[Input]) -> list[Output]:
+    def process_batch(
+        self, items: Iterable[Input], pending: Mapping[Hashable, int | None] | Collection = ()
+    ) -> list[Output]:
+        """One micro-batch. `pending`: the input partitions (`input_partition`) that
+        still have records to read after it, with the time of each one's next record
+        where known (a mapping); they hold the watermark back (`matcher.watermark`).
+        By default none does: the watermark becomes the largest time seen less the
+        lateness."""
         out: list[Output] = []
         per_key: dict[str, list[Record]] = {}
         watermark = self.watermark
-        batch_max = self.max_ts
         for item in items:
+            self.clock.observe(input_partition(item), event_time(item.raw, item.timestamp))
             try:
                 record = decode(item.kind, item.raw, item.source, item.timestamp)
             except RecordError as exc:
@@ -563,7 +583,6 @@ class Engine:
                 reason = late_reason(record.ts, watermark, self.lateness_ms)
                 out.append(Output("deadletter", None, dead_letter(reason, item.raw, item.source)))
                 continue
-            batch_max = max(batch_max, record.ts)
             for key in self.sharding.keys_for(record):
                 per_key.setdefault(key, []).append(record)
         for space, keys in _by_space({k: recs[0].space for k, recs in per_key.items()}):
@@ -572,7 +591,7 @@ class Engine:
                 records = sorted(per_key[key], key=order_key)
                 ranked += self.matcher(key, space).apply_batch_ranked(records)
             out += _merged(ranked)
-        self.max_ts = batch_max
+        self.clock.close_batch(pending)
         out += self.advance(self.watermark)
         return out
 
