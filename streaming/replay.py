@@ -2,15 +2,17 @@
 
 The offline twin of the Spark job: the same engine, so the same input gives
 the same matches. Both files are merged in the order of SEMANTICS §5 as one
-micro-batch (or, with `--batch-lines N`, as batches of N lines of each file,
-to see how micro-batch boundaries and lateness play out).
+micro-batch, or, with `--batch-lines N`, cut into batches of at most N
+records as the job's source cuts a backlog (SEMANTICS §3, `matcher.watermark`):
+each batch takes from each file its records up to a common time, and each
+file is an input partition of the watermark.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Iterator
+from collections.abc import Hashable, Iterator
 from contextlib import ExitStack
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
@@ -33,12 +35,32 @@ def _lines(path: str, kind: str) -> Iterator[Input]:
                 yield Input(kind, line, Source(file=path, line=number))
 
 
-def _batches(subs: list[Input], profiles: list[Input], size: int | None) -> Iterator[list[Input]]:
+def _batches(
+    subs: list[Input], profiles: list[Input], size: int | None
+) -> Iterator[tuple[list[Input], dict[Hashable, int | None]]]:
+    """The micro-batches, each with the files that have records left after it (and
+    the time of each one's next record, among its next `size`): the input
+    partitions that hold the watermark back (`Engine.process_batch`)."""
+    from matcher.engine import input_partition
+    from matcher.watermark import as_times, cut, event_time, first_time
+
     if not size:
-        yield subs + profiles
+        yield subs + profiles, {}
         return
-    for start in range(0, max(len(subs), len(profiles)), size):
-        yield subs[start : start + size] + profiles[start : start + size]
+    files = {input_partition(items[0]): items for items in (subs, profiles) if items}
+    times = {p: as_times([event_time(i.raw, i.timestamp) for i in f]) for p, f in files.items()}
+    at = dict.fromkeys(files, 0)
+    while any(at[p] < len(items) for p, items in files.items()):
+        taken = cut({p: times[p][at[p] : at[p] + size] for p in files}, size)
+        batch = [i for p, n in taken.items() for i in files[p][at[p] : at[p] + n]]
+        for p, n in taken.items():
+            at[p] += n
+        pending = {
+            p: first_time(times[p][at[p] : at[p] + size])
+            for p, items in files.items()
+            if at[p] < len(items)
+        }
+        yield batch, pending
 
 
 class _Progress:
@@ -79,8 +101,8 @@ def replay(
     progress = _Progress(len(subs) + len(profs))
     counts = {"matches": 0, "deadletter": 0}
     done = 0
-    for batch in _batches(subs, profs, batch_lines):
-        for output in engine.process_batch(batch):
+    for batch, pending in _batches(subs, profs, batch_lines):
+        for output in engine.process_batch(batch, pending):
             target = out if output.topic == "matches" else dead_letters
             target.write(encode(output.value) + b"\n")
             counts[output.topic] += 1
@@ -162,6 +184,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         type=whole(1),
         default=None,
         metavar="N",
-        help="cut the input into micro-batches of N lines of each file (default: one batch)",
+        help="cut the input into micro-batches of at most N records, from each file "
+        "those up to a common time, as the job reads a backlog (default: one batch)",
     )
     p.set_defaults(handler=_run)
