@@ -30,6 +30,7 @@ import numpy as np
 
 from matcher.errors import RecordError
 from matcher.records import record_ts
+from matcher.times import MAX_MS, MIN_MS
 
 P = TypeVar("P", bound=Hashable)
 # A record without a time in a sequence of times (`cut`): before every time.
@@ -54,8 +55,10 @@ def event_time(raw: bytes | str | None, fallback_ts: int | None = None) -> int |
     if raw is None:
         return None
     try:
-        found = _TS_ONLY.decode(raw)
-        return record_ts({"ts": found.ts}, fallback_ts)
+        ts = _TS_ONLY.decode(raw).ts
+        if type(ts) is int and MIN_MS <= ts <= MAX_MS:  # (the common case, record_ts's answer)
+            return ts
+        return record_ts({"ts": ts}, fallback_ts)
     except (msgspec.DecodeError, RecordError, ValueError, OverflowError, RecursionError):
         return None
 
