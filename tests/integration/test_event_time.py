@@ -53,7 +53,7 @@ def skewed_backlog(bootstrap: str, topics, seed: int) -> None:
     holds three quarters of the profiles over the same time span, so offset by
     offset its times lag partition 0's; it is produced last, as if its producer
     were behind."""
-    subs, profiles = workload(seed=seed, subs=700, profiles=2600)
+    subs, profiles = workload(seed=seed, subs=600, profiles=2000)
     by_ts = lambda line: json.loads(line)["ts"]  # noqa: E731
     parts = {
         (topics.subscriptions, p): sorted((s for s in subs if partition_of(s, 0.5) == p), key=by_ts)
