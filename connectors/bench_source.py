@@ -4,8 +4,9 @@ Starts a private broker, produces N records of ~200 bytes to a topic with
 `--partitions` partitions, warms Spark up (Python workers, imports) with a
 small query, then reads the N records with Trigger.AvailableNow into Spark's
 `noop` sink. Prints one JSON line: rows, batches, `query_s` (wall time of the
-query, start-up included), `batch_s` (time in its micro-batches) and
-`rows_per_s` (rows / batch_s, the steady-state rate). `--event-time` plans
+query, start-up included), `batch_s` (time in its micro-batches), `plan_s`
+(of that, in the driver's `latestOffset`) and `rows_per_s` (rows / batch_s,
+the steady-state rate). `--event-time` plans
 the batches by event time as the job does (the driver reads every record
 ahead, `connectors.kafka_source`): the difference is that planning's cost.
 """
@@ -68,11 +69,13 @@ def main(argv: list[str] | None = None) -> int:
             spark.stop()
     rows = sum(p["numInputRows"] for p in progress)
     batch_s = sum(p["durationMs"]["triggerExecution"] for p in progress) / 1000
+    plan_s = sum(p["durationMs"].get("latestOffset", 0) for p in progress) / 1000
     result = {
         "rows": rows,
         "batches": sum(1 for p in progress if p["numInputRows"]),
         "query_s": round(query_s, 2),
         "batch_s": round(batch_s, 2),
+        "plan_s": round(plan_s, 2),
         "rows_per_s": round(rows / batch_s),
     }
     print(json.dumps(result))

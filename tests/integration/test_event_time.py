@@ -78,8 +78,10 @@ def run_available_now(spark, config: JobConfig) -> tuple[dict[str, int], list[in
     query = job.start(spark, config, metrics, available_now=True)
     query.awaitTermination()
     assert query.exception() is None
-    rows = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
-    return dict(metrics.value), rows
+    done = [p for p in query.recentProgress if p["numInputRows"]]
+    planning = sorted(p["durationMs"].get("latestOffset", 0) for p in done)
+    print(f"  latestOffset median {planning[len(planning) // 2]} ms, max {planning[-1]} ms")
+    return dict(metrics.value), [p["numInputRows"] for p in done]
 
 
 def test_a_skewed_backlog_under_admission_control_loses_nothing(
