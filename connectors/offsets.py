@@ -172,7 +172,8 @@ class ReadAhead:
     their offsets and event times (`matcher.watermark.NO_TIME` for none), from
     offset `start` to `end` (the offset after the last one read, and after any
     offsets without a record that followed it). Kept between batches, so that no
-    record is read twice on the driver; 16 bytes a record."""
+    record is read twice on the driver; 16 bytes a record. Invariant: the offsets
+    rise, each in [start, end)."""
 
     start: int
     end: int = -1
@@ -195,6 +196,7 @@ class ReadAhead:
         self.start = offset
 
     def add(self, offsets: list[int], times: list[int], end: int) -> None:
+        """Append the records read from `self.end` up to `end`. Cost: O(records)."""
         self.offsets.extend(offsets)
         self.times.extend(times)
         self.end = end
