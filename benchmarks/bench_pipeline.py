@@ -260,7 +260,7 @@ def _operator_stream(spark: SparkSession, config: Any, processor: StatefulProces
     """The job's source, decode stage, watermark and operator shape, around `processor`."""
     from connectors.kafka_source import read_stream
     from streaming.config import build_sharding
-    from streaming.decode_stage import DECODED_DDL, INPUT_COLUMNS, DecodeStage
+    from streaming.decode_stage import DECODED_DDL, INPUT_COLUMNS, WATERMARK_COLUMN, DecodeStage
     from streaming.processor import OUTPUT_DDL
 
     topics = config.topics
@@ -269,8 +269,9 @@ def _operator_stream(spark: SparkSession, config: Any, processor: StatefulProces
         config.bootstrap,
         [topics.subscriptions, topics.profiles],
         max_records_per_trigger=config.max_records_per_trigger,
+        idle_ms=config.idle_ms,
     )
-    decoded = raw.select(*INPUT_COLUMNS).mapInArrow(
+    decoded = raw.select(*INPUT_COLUMNS, WATERMARK_COLUMN).mapInArrow(
         DecodeStage(topics, build_sharding({})), DECODED_DDL
     )
     keyed = decoded.withWatermark("ets", "0 milliseconds").drop("ets")
@@ -406,9 +407,12 @@ class Phase:
         self.batch_s += seconds
         self.batch_rows.append(progress["numInputRows"])
         self.batch_secs.append(seconds)
+        from connectors.offsets import positions
+
         for source in progress["sources"]:
             end = source.get("endOffset")
-            self.end_offsets.update(json.loads(end) if isinstance(end, str) else end or {})
+            end = json.loads(end) if isinstance(end, str) else end or {}
+            self.end_offsets.update(positions(end))
 
     def rate(self) -> tuple[float | None, int]:
         """Rows per second over the batches after the first (over all if there is only

@@ -23,6 +23,25 @@ records were deleted (retention) fails the query, like Spark's default
 Transactions: librdkafka reads `read_committed` by default, so the planner
 sees the last stable offset and tasks skip aborted records and transaction
 markers; a range's offsets can then hold fewer records than their count.
+
+Event time (`eventTime = true`, the job's setting): batches are planned by the
+records' event time (SEMANTICS §3, `matcher.watermark`). The driver reads each
+partition's next records ahead (at most `maxRecordsPerTrigger` of each), keeps
+their offsets and times (`ts`, read alone, or the Kafka timestamp) between
+batches, and cuts a batch at a common time: every partition gives its records
+up to it, in offset order. The offset it writes to the checkpoint
+(`offsets.Mark`) adds the largest time read from each partition and the
+batch's watermark: the smallest of those over the partitions that hold it back
+(records left to read, or drained less than `eventTime.idleMs` ago, default
+10000; an empty partition never; under Trigger.AvailableNow, none that reached
+the run's end offset). Every row of the batch carries that watermark in an
+extra column `watermark` (epoch ms, null before any time), so a re-run batch
+carries the same; where the watermark moves with no record to read (a
+partition went idle), the batch is one row with only `watermark` set. Topics
+in `subscribe` order, then partition numbers, break ties of time (SEMANTICS
+§5: the job names the subscriptions topic first). Checkpoints of the plain
+form are read too. Spark's JVM connector (`source = "native"`) knows none of
+this: its watermark is the largest time seen in any partition.
 """
 
 from __future__ import annotations
@@ -54,6 +73,7 @@ from pyspark.sql.types import (
 
 from connectors import offsets as off
 from connectors.config import confluent_config
+from matcher.watermark import NO_TIME, Idleness, event_time
 
 NAME = "tsm-kafka"
 
@@ -76,8 +96,13 @@ SCHEMA = StructType(
     ]
 )
 
+# With `eventTime`: the batch's watermark (before the allowed lateness), epoch ms.
+EVENT_TIME_SCHEMA = StructType([*SCHEMA.fields, StructField("watermark", LongType())])
+
 # Records per Arrow batch handed to Spark, and per consume() call.
 CHUNK = 10_000
+# How long a partition with nothing to read holds the watermark back (eventTime.idleMs).
+DEFAULT_IDLE_MS = 10_000
 # librdkafka timestamp type (0 none, 1 create, 2 log append) → Spark's (-1, 0, 1).
 _TIMESTAMP_TYPES = {0: -1, 1: 0, 2: 1}
 # A timestamp is any 64-bit count of milliseconds; one whose microseconds overflow 64
@@ -87,12 +112,21 @@ _MAX_MS = (2**63 - 1) // 1000
 
 @dataclass(frozen=True)
 class OffsetRange(InputPartition):
-    """Offsets [start, end) of one topic-partition: one Spark task."""
+    """Offsets [start, end) of one topic-partition: one Spark task; `watermark`: the
+    batch's, which every row carries (with `eventTime`)."""
 
     topic: str
     partition: int
     start: int
     end: int
+    watermark: int | None = None
+
+
+@dataclass(frozen=True)
+class Tick(InputPartition):
+    """A batch with no record whose watermark moved: one row carrying it."""
+
+    watermark: int
 
 
 class KafkaDataSource(DataSource):
@@ -103,7 +137,7 @@ class KafkaDataSource(DataSource):
         return NAME
 
     def schema(self) -> StructType:
-        return SCHEMA
+        return EVENT_TIME_SCHEMA if _flag(self.options, "eventTime") else SCHEMA
 
     def streamReader(self, schema: StructType) -> KafkaStreamReader:
         return KafkaStreamReader(self.options)
@@ -123,6 +157,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if "kafka.bootstrap.servers" not in options:
             raise ValueError("option `kafka.bootstrap.servers` is required")
         self.topics = sorted(set(topics))
+        # (SEMANTICS §5's tie order of partitions: the topics as named, then by number)
+        self.topic_rank = {topic: rank for rank, topic in enumerate(dict.fromkeys(topics))}
         self.client_options = {k: v for k, v in options.items() if k.startswith("kafka.")}
         self.starting = options.get("startingOffsets", "latest")
         limit = options.get("maxRecordsPerTrigger")
@@ -130,9 +166,15 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self.max_rows is not None and self.max_rows < 1:
             raise ValueError("maxRecordsPerTrigger must be at least 1")
         self.poll_timeout = int(options.get("kafkaConsumer.pollTimeoutMs", "120000")) / 1000
+        self.event_time = _flag(options, "eventTime")
+        self.idle_ms = int(options.get("eventTime.idleMs", DEFAULT_IDLE_MS))
+        if self.idle_ms < 0:
+            raise ValueError("eventTime.idleMs must be 0 or more")
         self._planner = None  # confluent_kafka.Consumer, driver only
         self._target: dict[tuple[str, int], int] | None = None  # Trigger.AvailableNow
         self._latest: off.Offsets | None = None
+        self._ahead: dict[tuple[str, int], off.ReadAhead] = {}  # eventTime, driver only
+        self._idleness = Idleness(self.idle_ms)
 
     # --- driver ---------------------------------------------------------------
 
@@ -141,7 +183,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return confluent_config(
             bootstrap,
             self.client_options,
-            required={"group.id": group, "enable.auto.commit": False},
+            # (a deleted range must fail the query, Spark's failOnDataLoss, not be skipped)
+            required={"group.id": group, "enable.auto.commit": False, "auto.offset.reset": "error"},
         )
 
     def _watermarks(self) -> dict[tuple[str, int], tuple[int, int]]:
@@ -161,8 +204,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 )
         return marks
 
-    def initialOffset(self) -> off.Offsets:
-        return off.starting_offsets(self.starting, self._watermarks())
+    def initialOffset(self) -> dict:
+        start = off.starting_offsets(self.starting, self._watermarks())
+        return off.Mark(off.flatten(start)).to_json() if self.event_time else start
 
     def getDefaultReadLimit(self) -> ReadLimit:
         return ReadAllAvailable() if self.max_rows is None else ReadMaxRows(self.max_rows)
@@ -170,28 +214,78 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def prepareForTriggerAvailableNow(self) -> None:
         self._target = {tp: hi for tp, (_lo, hi) in self._watermarks().items()}
 
-    def latestOffset(self, start: off.Offsets, limit: ReadLimit) -> off.Offsets:
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         marks = self._watermarks()
         self._latest = off.canonical({tp: hi for tp, (_lo, hi) in marks.items()})
         if self._target is not None:
             marks = off.cap(marks, self._target)
         max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
-        return off.next_end(start, marks, max_rows)
+        if not self.event_time:
+            return off.next_end(off.positions(start), marks, max_rows)
+        mark = off.read_mark(start)
+        ahead = {}
+        for tp, (lo, hi) in marks.items():
+            begin = mark.positions.get(tp, lo)
+            if hi > begin:
+                ahead[tp] = self._read_ahead(tp, begin, hi, max_rows)
+        for tp in set(self._ahead) - set(ahead):
+            del self._ahead[tp]
+        now = time.monotonic() * 1000
+
+        def holds(tp: tuple[str, int], waiting: bool, seen: bool) -> bool:
+            if self._target is not None:  # AvailableNow: drained is drained for the run
+                return waiting
+            return self._idleness.holds(tp, waiting=waiting, seen=seen, now=now)
+
+        order = self._tie_order
+        end = off.plan_by_event_time(mark, marks, ahead, max_rows, order, holds)
+        return end.to_json()
+
+    def _tie_order(self, tp: tuple[str, int]) -> tuple[int, int]:
+        return (self.topic_rank.get(tp[0], len(self.topic_rank)), tp[1])
+
+    def _read_ahead(
+        self, tp: tuple[str, int], begin: int, high: int, max_rows: int | None
+    ) -> off.ReadAhead:
+        """`tp`'s next records from `begin`, at least `max_rows` of them or all up to
+        `high`, read on the driver once: what an earlier call read is kept."""
+        read = self._ahead.get(tp)
+        if read is None:
+            read = self._ahead[tp] = off.ReadAhead(begin)
+        read.move_to(begin)
+        want = high - begin if max_rows is None else max_rows
+        while len(read.offsets) < want and read.end < high:
+            stop = min(high, read.end + want - len(read.offsets))
+            offsets, times = [], []
+            part = OffsetRange(tp[0], tp[1], read.end, stop)
+            try:
+                for messages in _fetch(self._planner, part, self.poll_timeout):
+                    offsets += [m.offset() for m in messages]
+                    times += [_event_time(m) for m in messages]
+            finally:
+                self._planner.unassign()  # (an assigned consumer fetches on: PLATFORM.md)
+            read.add(offsets, times, stop)
+        return read
 
     def reportLatestOffset(self) -> off.Offsets | None:
         return self._latest
 
-    def partitions(self, start: off.Offsets, end: off.Offsets) -> list[OffsetRange]:
-        begin, stops = off.flatten(start), off.flatten(end)
+    def partitions(self, start: dict, end: dict) -> list[InputPartition]:
+        first, last = off.read_mark(start), off.read_mark(end)
+        begin, stops = first.positions, last.positions
         new = [tp for tp in stops if tp not in begin]
         if new:  # partitions that appeared: read from their low watermark (`off.next_end`)
             marks = self._watermarks()
             begin.update((tp, marks[tp][0] if tp in marks else stops[tp]) for tp in new)
-        return [
-            OffsetRange(topic, partition, begin[(topic, partition)], stop)
-            for (topic, partition), stop in stops.items()
+        watermark = last.watermark if self.event_time else None
+        ranges: list[InputPartition] = [
+            OffsetRange(topic, partition, begin[(topic, partition)], stop, watermark)
+            for (topic, partition), stop in sorted(stops.items())
             if stop > begin[(topic, partition)]
         ]
+        if not ranges and watermark is not None and watermark != first.watermark:
+            ranges.append(Tick(watermark))
+        return ranges
 
     def commit(self, end: off.Offsets) -> None:
         """Nothing to do: progress lives in Spark's checkpoint, not in a consumer group."""
@@ -203,14 +297,53 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     # --- executors ------------------------------------------------------------
 
-    def read(self, partition: OffsetRange) -> Iterator[pa.RecordBatch]:
-        return read_range(self._config("tsm-source-reader"), partition, self.poll_timeout)
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        schema = EVENT_TIME_SCHEMA if self.event_time else SCHEMA
+        if isinstance(partition, Tick):
+            return iter([_tick(partition.watermark, schema)])
+        return read_range(
+            self._config("tsm-source-reader"), partition, self.poll_timeout, schema=schema
+        )
+
+
+def _flag(options: Mapping[str, str], name: str) -> bool:
+    value = options.get(name, "false").strip().lower()
+    if value not in ("true", "false"):
+        raise ValueError(f"option {name} must be true or false, got {value!r}")
+    return value == "true"
+
+
+def _event_time(message: object) -> int:
+    """A record's event time for the planner (`NO_TIME` for none), as the decode stage
+    reads it: `ts`, or the Kafka timestamp where there is one."""
+    kind, stamp = message.timestamp()
+    found = event_time(message.value(), stamp if kind else None)
+    return NO_TIME if found is None else found
 
 
 def read_range(
-    config: dict[str, object], part: OffsetRange, poll_timeout: float
+    config: dict[str, object],
+    part: OffsetRange,
+    poll_timeout: float,
+    schema: StructType = SCHEMA,
 ) -> Iterator[pa.RecordBatch]:
-    """Yield the records of `part` as Arrow record batches of the source schema.
+    """Yield the records of `part` as Arrow record batches of `schema` (the source's)."""
+    from confluent_kafka import Consumer
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    arrow_schema = to_arrow_schema(schema, timezone="UTC")
+    # A deleted range must fail the query (Spark's failOnDataLoss), not be skipped.
+    consumer = Consumer({**config, "auto.offset.reset": "error"})
+    try:
+        for messages in _fetch(consumer, part, poll_timeout):
+            yield _to_arrow(messages, arrow_schema, part.watermark)
+    finally:
+        consumer.close()
+
+
+def _fetch(consumer: object, part: OffsetRange, poll_timeout: float) -> Iterator[list]:
+    """Yield the records of `part` in offset order, in lists, with `consumer` assigned
+    to it (and left so).
 
     Asks `consume()` for at most the count still missing: asking for more
     blocks for the whole timeout at the end of every range (PLATFORM.md).
@@ -218,42 +351,45 @@ def read_range(
     records) are recognised by the consumer's position passing them; such a
     gap at the end of a range costs one consume timeout.
     """
-    from confluent_kafka import Consumer, KafkaException, TopicPartition
+    from confluent_kafka import KafkaException, TopicPartition
+
+    tp = TopicPartition(part.topic, part.partition, part.start)
+    consumer.assign([tp])
+    position = part.start
+    deadline = time.monotonic() + poll_timeout
+    while position < part.end:
+        want = min(part.end - position, CHUNK)
+        # Short: without gaps it returns as soon as `want` arrived anyway.
+        messages = consumer.consume(want, timeout=0.2)
+        errors = [m.error() for m in messages if m.error() is not None]
+        if errors:
+            raise KafkaException(errors[0])
+        if messages and messages[-1].offset() >= part.end:  # past a gap in the range
+            messages = [m for m in messages if m.offset() < part.end]
+        if messages:
+            yield messages
+            position = messages[-1].offset() + 1
+            deadline = time.monotonic() + poll_timeout
+        if len(messages) < want and position < part.end:
+            position = max(position, consumer.position([tp])[0].offset)
+        if position < part.end and time.monotonic() > deadline:
+            raise TimeoutError(
+                f"{part.topic}-{part.partition}: offsets {position}..{part.end} not readable "
+                f"within {poll_timeout:g}s (kafkaConsumer.pollTimeoutMs)"
+            )
+
+
+def _tick(watermark: int, schema: StructType) -> pa.RecordBatch:
+    """The one row of a `Tick`: every column null but `watermark`."""
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    schema = to_arrow_schema(SCHEMA, timezone="UTC")
-    # A deleted range must fail the query (Spark's failOnDataLoss), not be skipped.
-    consumer = Consumer({**config, "auto.offset.reset": "error"})
-    tp = TopicPartition(part.topic, part.partition, part.start)
-    try:
-        consumer.assign([tp])
-        position = part.start
-        deadline = time.monotonic() + poll_timeout
-        while position < part.end:
-            want = min(part.end - position, CHUNK)
-            # Short: without gaps it returns as soon as `want` arrived anyway.
-            messages = consumer.consume(want, timeout=0.2)
-            errors = [m.error() for m in messages if m.error() is not None]
-            if errors:
-                raise KafkaException(errors[0])
-            if messages and messages[-1].offset() >= part.end:  # past a gap in the range
-                messages = [m for m in messages if m.offset() < part.end]
-            if messages:
-                yield _to_arrow(messages, schema)
-                position = messages[-1].offset() + 1
-                deadline = time.monotonic() + poll_timeout
-            if len(messages) < want and position < part.end:
-                position = max(position, consumer.position([tp])[0].offset)
-            if position < part.end and time.monotonic() > deadline:
-                raise TimeoutError(
-                    f"{part.topic}-{part.partition}: offsets {position}..{part.end} not readable "
-                    f"within {poll_timeout:g}s (kafkaConsumer.pollTimeoutMs)"
-                )
-    finally:
-        consumer.close()
+    arrow_schema = to_arrow_schema(schema, timezone="UTC")
+    columns = [pa.nulls(1, type=f.type) for f in arrow_schema][:-1]
+    columns.append(pa.array([watermark], type=pa.int64()))
+    return pa.RecordBatch.from_arrays(columns, schema=arrow_schema)
 
 
-def _to_arrow(messages: list, schema: pa.Schema) -> pa.RecordBatch:
+def _to_arrow(messages: list, schema: pa.Schema, watermark: int | None = None) -> pa.RecordBatch:
     """Column-wise conversion: one list comprehension per column is the fast path."""
     n = len(messages)
     topic, partition = messages[0].topic(), messages[0].partition()
@@ -269,6 +405,8 @@ def _to_arrow(messages: list, schema: pa.Schema) -> pa.RecordBatch:
         [_TIMESTAMP_TYPES[kind] for kind, _ts in stamps],
         headers,
     ]
+    if len(schema) > len(columns):  # EVENT_TIME_SCHEMA
+        columns.append([watermark] * n)
     arrays = [pa.array(col, type=field.type) for col, field in zip(columns, schema, strict=True)]
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
@@ -281,12 +419,15 @@ def read_stream(
     max_records_per_trigger: int | None = None,
     options: Mapping[str, str] | None = None,
     source: str = "python",
+    idle_ms: int | None = None,
 ) -> DataFrame:
     """A streaming DataFrame of the records of `topics`, with Spark's Kafka schema.
 
     `source="python"` uses this module's `tsm-kafka` source; `"native"` uses
     Spark's JVM connector (needs `spark-sql-kafka-0-10` on the classpath).
     `options` are extra `kafka.*` client settings (and any source option).
+    `idle_ms` (python only) plans batches by event time (`eventTime`, with
+    `eventTime.idleMs`), which adds the `watermark` column.
     """
     topic_list = topics.split(",") if isinstance(topics, str) else list(topics)
     reader = spark.readStream
@@ -295,6 +436,8 @@ def read_stream(
         reader = reader.format(NAME)
         if max_records_per_trigger is not None:
             reader = reader.option("maxRecordsPerTrigger", str(max_records_per_trigger))
+        if idle_ms is not None:
+            reader = reader.option("eventTime", "true").option("eventTime.idleMs", str(idle_ms))
     elif source == "native":
         reader = reader.format("kafka").option("includeHeaders", "true")
         if max_records_per_trigger is not None:

@@ -16,7 +16,7 @@ import contextlib
 import heapq
 import math
 import pickle
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Collection, Hashable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,6 +38,7 @@ from matcher.records import (
 )
 from matcher.sharding import Sharding, ShardSpec, span_of
 from matcher.times import MAX_LATENESS_MS
+from matcher.watermark import EventClock, event_time
 
 # An event keyed by the id of the pair's other side (the profile of a
 # subscription's events, and the reverse; with a subscribe's, which of a pair's two
@@ -493,6 +494,15 @@ class SpaceMatcher:
         return [self._event(event, reason, sub, prof, ts) for sub in subs]
 
 
+def input_partition(item: Input) -> Hashable:
+    """The input partition an input comes from: its Kafka topic-partition, or its
+    kind and file (each file of `tsm replay` is one)."""
+    source = item.source
+    if source.file is not None:
+        return (item.kind, source.file)
+    return (source.topic, source.partition)
+
+
 @dataclass(frozen=True, slots=True)
 class Output:
     topic: str  # "matches" | "deadletter"
@@ -508,7 +518,8 @@ class Engine:
     lateness_ms: int = 0
     sharding: Sharding | None = None
     matchers: dict[str, SpaceMatcher] = field(default_factory=dict)
-    max_ts: float = -math.inf
+    # the largest time seen per input partition, and the watermark (`matcher.watermark`)
+    clock: EventClock = field(default_factory=EventClock)
 
     def __post_init__(self) -> None:
         if self.sharding is None:
@@ -520,7 +531,9 @@ class Engine:
 
     @property
     def watermark(self) -> float:
-        return self.max_ts - self.lateness_ms
+        """SEMANTICS §3's watermark, lateness included (-inf before any time is seen)."""
+        at = self.clock.watermark
+        return -math.inf if at is None else at - self.lateness_ms
 
     def matcher(self, key: str, space: str) -> SpaceMatcher:
         m = self.matchers.get(key)
@@ -528,15 +541,19 @@ class Engine:
             m = self.matchers[key] = SpaceMatcher(space, key, self.sharding.cell_of(key))
         return m
 
-    def process_batch(self, items: Iterable[Input]) -> list[Output]:
-        """Admit a batch (`matcher.admission`: bad and late records become dead
-        letters), apply each key's records in order, then evict what expired before
-        the watermark everywhere."""
+    def process_batch(
+        self, items: Iterable[Input], pending: Mapping[Hashable, int | None] | Collection = ()
+    ) -> list[Output]:
+        """One micro-batch. `pending`: the input partitions (`input_partition`) that
+        still have records to read after it, with the time of each one's next record
+        where known (a mapping); they hold the watermark back (`matcher.watermark`).
+        By default none does: the watermark becomes the largest time seen less the
+        lateness."""
         out: list[Output] = []
         per_key: dict[str, list[Record]] = {}
         watermark = self.watermark
-        batch_max = self.max_ts
         for item in items:
+            self.clock.observe(input_partition(item), event_time(item.raw, item.timestamp))
             record = decode_input(item)
             if isinstance(record, dict):
                 out.append(Output("deadletter", None, record))
@@ -545,7 +562,6 @@ class Engine:
             if letter is not None:
                 out.append(Output("deadletter", None, letter))
                 continue
-            batch_max = max(batch_max, record.ts)
             for key in state_keys(record, self.sharding):
                 per_key.setdefault(key, []).append(record)
         for space, keys in _by_space({k: recs[0].space for k, recs in per_key.items()}):
@@ -554,7 +570,7 @@ class Engine:
                 records = in_order(per_key[key])
                 ranked += self.matcher(key, space).apply_batch_ranked(records)
             out += _merged(ranked)
-        self.max_ts = batch_max
+        self.clock.close_batch(pending)
         out += self.advance(self.watermark)
         return out
 

@@ -11,6 +11,7 @@ import hashlib
 import json
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -310,6 +311,20 @@ def _check_output_size(record: Record, raw_bytes: int) -> None:
             )
 
 
+def record_ts(obj: Mapping[str, Any], fallback_ts: int | None) -> int:
+    """A parsed record's event time (SEMANTICS §3): its `ts`, or where that is missing or
+    null, `fallback_ts` (the Kafka record timestamp) if it is in the years 1 to 9999.
+    Raises RecordError."""
+    if fallback_ts is not None and not MIN_MS <= fallback_ts <= MAX_MS:
+        fallback_ts = None  # (a Kafka timestamp is any 64-bit number of milliseconds)
+    ts = _time(obj, "ts", fallback_ts)
+    if ts is None:
+        raise RecordError(
+            "missing 'ts' (and the record has no Kafka timestamp in the years 1 to 9999 to use)"
+        )
+    return ts
+
+
 def _record(kind: str, obj: dict, source: Source, fallback_ts: int | None) -> Record:
     """A parsed record's fields, validated."""
     op = obj.get("op")
@@ -318,13 +333,7 @@ def _record(kind: str, obj: dict, source: Source, fallback_ts: int | None) -> Re
         raise RecordError(f"unknown op {op!r} on the {kind}s topic: expected {expected}")
     ident = _text(obj, "id")
     space = _text(obj, "space")
-    if fallback_ts is not None and not MIN_MS <= fallback_ts <= MAX_MS:
-        fallback_ts = None  # (a Kafka timestamp is any 64-bit number of milliseconds)
-    ts = _time(obj, "ts", fallback_ts)
-    if ts is None:
-        raise RecordError(
-            "missing 'ts' (and the record has no Kafka timestamp in the years 1 to 9999 to use)"
-        )
+    ts = record_ts(obj, fallback_ts)
     if op == "unsubscribe":
         return Unsubscribe(space, ident, ts, source)
     if op == "retract":

@@ -7,7 +7,8 @@ options passed to every Kafka client as `kafka.<key>`):
 
     bootstrap = "localhost:9092"        # no default: --bootstrap or here
     checkpoint = "checkpoints/tsm"      # the query's checkpoint directory
-    lateness_ms = 0                     # watermark = max ts seen - lateness
+    lateness_ms = 0                     # allowed lateness of event time (SEMANTICS §3)
+    idle_ms = 10000                     # a drained partition stops holding the watermark
     trigger_interval = "0 seconds"      # Spark interval string; 0 = back to back
     max_records_per_trigger = 100000    # admission control per micro-batch
     exactly_once = false                # transactional sink (read_committed readers)
@@ -25,6 +26,19 @@ options passed to every Kafka client as `kafka.<key>`):
 
     [kafka]
     security.protocol = "SASL_SSL"      # librdkafka's names; true/false, numbers as such
+
+The watermark is the smallest, over the input partitions (every partition of
+both topics), of the largest ts read from each, less `lateness_ms`; a batch
+under `max_records_per_trigger` takes from each partition its records up to a
+common time, so reading a backlog, or a partition that lags, makes no on-time
+record late. A partition with nothing to read holds the watermark back for
+`idle_ms` more (a producer between two records), then no longer (an idle one
+would stall the watermark, and so the expiry of spaces that get no records);
+its records from then on are late if they are behind the others by more than
+the lateness. One that has never had a record holds nothing back; under
+`--available-now` one that reached the run's end no longer waits. (With
+`source = "native"`, Spark's Kafka connector, the watermark is Spark's own:
+the largest ts seen in any partition, less the lateness.)
 
 A sharded space's cells run on different shuffle partitions, so up to
 `shuffle_partitions` of them at once: give it at least the number of cells
@@ -68,6 +82,7 @@ class JobConfig:
     bootstrap: str | None = None
     checkpoint: str = "checkpoints/tsm"
     lateness_ms: int = 0
+    idle_ms: int = 10_000
     trigger_interval: str = "0 seconds"
     max_records_per_trigger: int = 100_000
     exactly_once: bool = False
@@ -99,6 +114,8 @@ class JobConfig:
         for name in ("bootstrap", "checkpoint", "query_name", "trigger_interval"):
             if getattr(config, name) == "":
                 raise ConfigError(f"{where}: {name} must not be empty")
+        if config.idle_ms < 0:
+            raise ConfigError(f"{where}: idle_ms must be 0 or more")
         if not 0 <= config.lateness_ms <= MAX_LATENESS_MS:
             raise ConfigError(
                 f"{where}: lateness_ms must be from 0 to {MAX_LATENESS_MS} (the years 1 to 9999)"

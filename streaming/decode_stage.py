@@ -32,12 +32,15 @@ DEAD = 2  # the `kord` of a dead letter (`KIND_ORDER` for the others): it has no
 
 # The Kafka columns the stage reads.
 INPUT_COLUMNS = ("topic", "partition", "offset", "timestamp", "value")
+# The batch's watermark (epoch ms) from a source that plans by event time
+# (`connectors.kafka_source`, `eventTime`); read where the input has it.
+WATERMARK_COLUMN = "watermark"
 
 DECODED_SCHEMA = pa.schema(
     [
         ("skey", pa.string()),  # state key: space or space#cell
         ("space", pa.string()),
-        ("ets", pa.timestamp("us", tz="UTC")),  # event time for the watermark (`spark_time`)
+        ("ets", pa.timestamp("us", tz="UTC")),  # for the watermark (`event_times`, `spark_time`)
         ("ts", pa.int64()),  # event time, epoch ms
         ("kord", pa.int32()),  # 0 subscription, 1 profile, 2 dead letter
         ("topic", pa.string()),
@@ -62,7 +65,9 @@ class DecodeStage:
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
-            yield pa.RecordBatch.from_pylist(self.rows(batch), schema=DECODED_SCHEMA)
+            rows = self.rows(batch)
+            event_times(batch, rows)
+            yield pa.RecordBatch.from_pylist(rows, schema=DECODED_SCHEMA)
 
     def rows(self, batch: pa.RecordBatch) -> list[dict[str, Any]]:
         # Kafka timestamps as microseconds, not datetimes: a record's can be any 64-bit
@@ -73,6 +78,9 @@ class DecodeStage:
         for topic, part, off, stamp, value in zip(
             *(columns[c] for c in INPUT_COLUMNS), strict=True
         ):
+            if topic is None:  # a source's Tick: the batch's watermark only (`event_times`)
+                out.append({"skey": DEAD_LETTER_KEY, "kord": DEAD})
+                continue
             ktime = None if stamp is None else stamp // 1000
             source = Source(topic=topic, partition=part, offset=off)
             base = {"topic": topic, "part": part, "off": off}
@@ -90,3 +98,22 @@ class DecodeStage:
             }
             out.extend(row | {"skey": key} for key in state_keys(record, self.sharding))
         return out
+
+
+def event_times(batch: pa.RecordBatch, rows: list[dict[str, Any]]) -> None:
+    """Set `ets`, the column Spark's watermark is defined on, in the `rows` decoded
+    from `batch`.
+
+    From a source that plans by event time, every row gets the batch's watermark
+    (SEMANTICS §3: the smallest over the input partitions of the largest ts read
+    from each), so that Spark's watermark, the largest `ets` less the lateness,
+    is exactly that after the batch; dead letters and ticks too, so that a batch
+    of them moves it as well. Otherwise (Spark's own Kafka connector) a record's
+    `ets` is its `ts`, and Spark's watermark the largest ts seen anywhere."""
+    if WATERMARK_COLUMN not in batch.schema.names:
+        return
+    marks = batch.column(WATERMARK_COLUMN)
+    mark = marks[0].as_py() if len(marks) else None  # (one per micro-batch)
+    ets = None if mark is None else to_spark_us(mark)
+    for row in rows:
+        row["ets"] = ets

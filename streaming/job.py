@@ -1,12 +1,22 @@
 """The streaming query: Kafka → decode → watermark → transformWithStateInPandas → Kafka.
 
-    read both input topics (one source)
-      → DecodeStage (mapInArrow): a row per state key, or a dead-letter row
+    read both input topics (one source, batches cut at a common event time)
+      → DecodeStage (mapInArrow): a row per state key, or a dead-letter row;
+        `ets` = the batch's watermark from the source
       → withWatermark(ets, lateness), then ets dropped (see below)
       → groupBy(state key).transformWithStateInPandas(MatchProcessor), event time
       → Kafka: from the operator as it makes the records (at least once), or
         foreachBatch: the connectors' Kafka sink (rows of packed topic, keys,
         values; exactly once)
+
+Spark's own watermark is the largest event time seen in any partition less
+the delay; SEMANTICS §3's is the smallest over the input partitions of the
+largest ts read from each. The bundled source computes that per batch on the
+driver (`connectors.kafka_source`, `eventTime`) and every row of the batch
+carries it; the decode stage puts it in `ets`, so that Spark's watermark (the
+largest `ets` less the lateness) is SEMANTICS §3's, and the event-time timers
+fire from it. (With `source = "native"`, Spark's JVM connector, `ets` is each
+record's ts, and the watermark Spark's own.)
 
 Spark drops rows below the watermark before a stateful operator without a
 trace; SEMANTICS §3 wants them in the dead letters. So the watermark is
@@ -92,7 +102,7 @@ def matched_stream(spark: SparkSession, config: JobConfig, metrics: Any) -> Data
     from connectors.kafka_source import read_stream
     from streaming.checkpoint_guard import check_sharding
     from streaming.config import build_sharding
-    from streaming.decode_stage import DECODED_DDL, INPUT_COLUMNS, DecodeStage
+    from streaming.decode_stage import DECODED_DDL, INPUT_COLUMNS, WATERMARK_COLUMN, DecodeStage
     from streaming.processor import OUTPUT_DDL, MatchProcessor
     from streaming.state.reader import held_keys
 
@@ -113,8 +123,10 @@ def matched_stream(spark: SparkSession, config: JobConfig, metrics: Any) -> Data
         max_records_per_trigger=config.max_records_per_trigger,
         options=config.kafka_options,
         source=config.source,
+        idle_ms=config.idle_ms if config.source == "python" else None,
     )
-    decoded = raw.select(*INPUT_COLUMNS).mapInArrow(DecodeStage(topics, sharding), DECODED_DDL)
+    columns = [*INPUT_COLUMNS, *([WATERMARK_COLUMN] if config.source == "python" else [])]
+    decoded = raw.select(*columns).mapInArrow(DecodeStage(topics, sharding), DECODED_DDL)
     keyed = decoded.withWatermark("ets", f"{config.lateness_ms} milliseconds").drop("ets")
     processor = MatchProcessor(
         topics, sharding, config.lateness_ms, config.snapshot_every, metrics, direct_output(config)

@@ -114,7 +114,8 @@ class MatchProcessor(StatefulProcessor):
     ) -> Iterator[pd.DataFrame]:
         skey = key[0]
         if skey == DEAD_LETTER_KEY:
-            values = [v for frame in rows for v in frame["value"].tolist()]
+            # (a row without a value only carried the batch's watermark: `event_times`)
+            values = [v for frame in rows for v in frame["value"].tolist() if v is not None]
             self.metrics.add({"dead_letters": len(values)})
             return pack(self.deadletter_topic, [(None, v) for v in values], self.direct)
         return _gc_off(self._handle(skey, _rows(rows), timerValues))

@@ -352,31 +352,43 @@ class Space:
 class OracleEngine:
     """§3–§5 over batches of `(kind, record dict, position)`, all valid JSON records.
 
-    Returns the match records (without `match_id`) and the positions of the
-    records it refused as late.
+    Each kind is one input partition (one file, as `tsm replay` reads them).
+    `process_batch(items, pending)` returns the match records (without
+    `match_id`) and the positions of the records it refused as late; `pending`
+    maps the partitions (kinds) with records left after the batch to their next
+    record's ts: they hold the watermark back (§3).
     """
 
     def __init__(self, lateness_ms: int = 0) -> None:
         self.lateness_ms = lateness_ms
-        self.max_ts = -math.inf
+        self.largest: dict[str, int] = {}  # the largest ts seen per partition
+        self.mark = -math.inf  # the watermark before the lateness
         self.spaces: dict[str, Space] = {}
 
-    def process_batch(self, items) -> tuple[list[dict[str, Any]], list[Any]]:
-        watermark = self.max_ts - self.lateness_ms
+    def process_batch(self, items, pending=None) -> tuple[list[dict[str, Any]], list[Any]]:
+        watermark = self.mark - self.lateness_ms
         accepted, late = [], []
         for kind_, record, position in items:
             ts = to_ms(record["ts"])
+            self.largest[kind_] = max(self.largest.get(kind_, ts), ts)
             if ts < watermark:
                 late.append(position)
                 continue
-            self.max_ts = max(self.max_ts, ts)
             order = (ts, 0 if kind_ == "subscription" else 1, position)
             accepted.append((record["space"], order, kind_, record))
         out = []
         for space, _, kind_, record in sorted(accepted, key=lambda a: a[:2]):
             out += self.spaces.setdefault(space, Space()).apply(kind_, record)
+        # §3: the smallest over the partitions that have records left of the largest ts
+        # seen in each (one that has seen none: its next one's); with none left, the
+        # largest seen; never down
+        holds = [self.largest.get(kind_, upcoming) for kind_, upcoming in (pending or {}).items()]
+        if holds and None not in holds:
+            self.mark = max(self.mark, min(holds))
+        elif not holds and self.largest:
+            self.mark = max(self.mark, max(self.largest.values()))
         for space in sorted(self.spaces):
-            out += self.spaces[space].expire(self.max_ts - self.lateness_ms)
+            out += self.spaces[space].expire(self.mark - self.lateness_ms)
         return out, late
 
 

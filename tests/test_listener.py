@@ -27,3 +27,23 @@ def test_a_jvm_error_is_its_first_line() -> None:
     text = "org.x.JsonEOFException: Unexpected end-of-input\n at [Source: line 1]\n\tat a.b(C)"
     assert failure_reason(text) == "org.x.JsonEOFException: Unexpected end-of-input"
     assert failure_reason("") == ""
+
+
+def test_each_batch_line_counts_its_own_late_records(caplog) -> None:
+    """The accumulator holds totals since the start: each line says its batch's."""
+    import json
+    from types import SimpleNamespace
+
+    from streaming.listener import ProgressLogger
+
+    caplog.set_level("INFO", logger="streaming.listener.batches")
+    metrics = SimpleNamespace(value={})
+    logger = ProgressLogger("tsm", metrics)
+    mark = "2023-11-14T22:13:25.000Z"
+    for batch, totals in enumerate(({"late": 2, "dead_letters": 3}, {"late": 2}, {"late": 7})):
+        metrics.value = totals
+        progress = {"name": "tsm", "batchId": batch, "eventTime": {"watermark": mark}}
+        logger.onQueryProgress(SimpleNamespace(progress=SimpleNamespace(json=json.dumps(progress))))
+    lines = [json.loads(r.getMessage()) for r in caplog.records]
+    assert [line["late"] for line in lines] == [2, 0, 5]
+    assert len({line["watermark"] for line in lines}) == 1

@@ -2,8 +2,9 @@
 
 The offline twin of the Spark job: the same engine, so the same input gives
 the same matches. Both files are merged in the order of SEMANTICS §5 as one
-micro-batch (or, with `--batch-lines N`, as batches of N lines of each file,
-to see how micro-batch boundaries and lateness play out). Match records go
+micro-batch (or, with `--batch-lines N`, as batches of at most N records,
+each taking from each file its records up to a common time, as the job's
+source cuts a backlog: SEMANTICS §3). Match records go
 to stdout (or --out), dead letters to stderr (or --dead-letter), one JSON
 object a line.
 """
@@ -52,7 +53,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         type=whole(1),
         default=None,
         metavar="N",
-        help="cut the input into micro-batches of N lines of each file (default: one batch)",
+        help="cut the input into micro-batches of at most N records, from each file "
+        "those up to a common time, as the job reads a backlog (default: one batch)",
     )
     p.set_defaults(handler=_replay)
 
