@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
 from matcher.times import MAX_LATENESS_MS
+from streaming import network_replay
 from streaming.cli import whole
 
 if TYPE_CHECKING:  # the engine pulls in numpy: keep `tsm --help` fast
@@ -93,7 +94,9 @@ def replay(
 def _run(args: argparse.Namespace) -> int:
     from streaming.cli import CliError
 
-    inputs, outputs = (args.subscriptions, args.profiles), (args.out, args.dead_letter)
+    network_replay.check_arguments(args)
+    inputs = (args.subscriptions, args.profiles)
+    outputs = (args.out, args.dead_letter, getattr(args, "stats", None))
     for path in inputs:
         try:
             open(path, "rb").close()  # (a pipe stays unread: the process keeps its own fd)
@@ -109,6 +112,11 @@ def _run(args: argparse.Namespace) -> int:
                 dead = sys.stderr.buffer
         except OSError as exc:
             raise CliError(f"cannot write {exc.filename}: {exc.strerror}") from None
+        if args.network is not None:
+            items = list(_lines(args.subscriptions, "subscription"))
+            return network_replay.run(
+                args, items + list(_lines(args.profiles, "profile")), out, dead
+            )
         matches, rejected = replay(
             args.subscriptions, args.profiles, out, dead, args.lateness, args.batch_lines
         )
@@ -164,4 +172,5 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         metavar="N",
         help="cut the input into micro-batches of N lines of each file (default: one batch)",
     )
+    network_replay.add_arguments(p)
     p.set_defaults(handler=_run)

@@ -1,0 +1,296 @@
+"""Filter merging of a root set (Tarkoma ch. 8, Mühl): fewer, wider filters to send.
+
+The roots of what lies behind a link (the filters no other one there covers)
+are partitioned into groups; each group is sent as one filter, its merger,
+which covers every member. Two roots can merge only if they constrain the
+same attributes and agree on everything but numeric ranges (their *shape*):
+the merger keeps the shared constraints and takes, per numeric attribute, the
+range from the lowest bound to the highest (a single value counts as a range).
+
+- **perfect**: a root joins a group only where the merger then allows exactly
+  the union: the two agree on every range but one, and on that one their
+  ranges meet. A merger that grew may then meet another group's, and the two
+  groups become one.
+- **imperfect**: a root joins the group whose merger grows least for it, while
+  the merger's estimated extra volume (its volume less the sum of its
+  members') stays within `budget` of its volume. Volumes are products of
+  range widths, each a fraction of the widest extent seen on its attribute
+  (plus a thousandth, so that a single value weighs something).
+
+A root covered by a merger joins that group without anything being sent.
+When a member leaves (an unsubscribe, or a wider root arriving), its group is
+re-derived: dissolved, and its other members placed again one by one, so that
+a merger never keeps the part that left; only the difference between the
+mergers sent before and after goes out.
+
+Costs: placing a root is O(groups of its shape) in numpy; a removal re-places
+the members of one group. Invariant: every root is in exactly one group, and
+the group's merger covers it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from matcher.constraints import NUM, Conjunction, Constraint
+
+Change = tuple[str, Conjunction]  # ("add" | "remove", filter)
+RESOLUTION = 1e-3  # of an attribute's extent: the width a single value weighs
+
+
+def _range(c: Constraint) -> tuple[float, float] | None:
+    """A numeric constraint as a closed range (None: it is not one)."""
+    if c.type != NUM:
+        return None
+    if c.allowed is not None:
+        if len(c.allowed) != 1:
+            return None
+        (v,) = c.allowed
+        return float(v), float(v)
+    if c.excluded:
+        return None
+    return (-math.inf if c.lo is None else c.lo), (math.inf if c.hi is None else c.hi)
+
+
+def _constraint(lo: float, hi: float) -> Constraint:
+    """A closed numeric range in the normalized form `matcher.constraints` makes."""
+    if lo == hi:
+        return Constraint(NUM, allowed=frozenset([lo]))
+    return Constraint(NUM, lo=None if lo == -math.inf else lo, hi=None if hi == math.inf else hi)
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What a root must share with the others of a group: the attributes it
+    constrains by numeric ranges, and every other constraint as it is."""
+
+    ranges: tuple[str, ...]
+    rest: tuple[tuple[str, Constraint], ...]
+
+
+def shape_of(conj: Conjunction) -> tuple[Shape, np.ndarray, np.ndarray]:
+    """A filter's shape and its ranges (lo and hi per range attribute)."""
+    names, lo, hi, rest = [], [], [], []
+    for attr, c in conj.constraints.items():
+        r = _range(c)
+        if r is None:
+            rest.append((attr, c))
+        else:
+            names.append(attr)
+            lo.append(r[0])
+            hi.append(r[1])
+    return Shape(tuple(names), tuple(rest)), np.array(lo, dtype=float), np.array(hi, dtype=float)
+
+
+@dataclass
+class _Group:
+    members: list[Conjunction]
+    merger: Conjunction
+    lo: np.ndarray
+    hi: np.ndarray
+    parts: float  # the sum of the members' volumes
+
+
+@dataclass
+class _Class:
+    """The groups of one shape, their ranges column-major for vector tests."""
+
+    shape: Shape
+    groups: dict[int, _Group] = field(default_factory=dict)
+
+
+class Merger:
+    """A root set's groups and the mergers sent for them (see the module docstring)."""
+
+    def __init__(self, *, imperfect: bool, budget: float) -> None:
+        self.imperfect = imperfect
+        self.budget = budget
+        self.sent: Counter[Conjunction] = Counter()
+        self._classes: dict[Shape, _Class] = {}
+        self._group_of: dict[Conjunction, tuple[Shape, int]] = {}
+        self._next_id = 0
+        self._extent: dict[str, tuple[float, float]] = {}  # per attribute: lowest, highest bound
+        self._pending: dict[Conjunction, int] = {}  # mergers issued (+) and retired (-) so far
+
+    def __len__(self) -> int:
+        return sum(self.sent.values())
+
+    def groups(self) -> list[tuple[Conjunction, list[Conjunction]]]:
+        """Every group as (merger, members): for tests and reports."""
+        classes = self._classes.values()
+        return [(g.merger, list(g.members)) for cls in classes for g in cls.groups.values()]
+
+    # -- the root set changes -------------------------------------------------
+
+    def add_root(self, root: Conjunction) -> list[Change]:
+        """A filter became a root: place it; the mergers to add and remove."""
+        self._place(root)
+        return self._flush()
+
+    def remove_root(self, root: Conjunction) -> list[Change]:
+        """A root left: its group is re-derived from the members that stay."""
+        shape, gid = self._group_of.pop(root)
+        cls = self._classes[shape]
+        group = cls.groups.pop(gid)
+        self._retire(group.merger)
+        others = [m for m in group.members if m != root]
+        for member in others:
+            del self._group_of[member]
+        for member in others:
+            self._place(member)
+        if not cls.groups:
+            del self._classes[shape]
+        return self._flush()
+
+    # -- placing one root -----------------------------------------------------
+
+    def _place(self, root: Conjunction) -> None:
+        """Put `root` in a group of its shape (a new one if none fits)."""
+        shape, lo, hi = shape_of(root)
+        self._widen_extent(shape, lo, hi)
+        cls = self._classes.get(shape)
+        if cls is None:
+            cls = self._classes[shape] = _Class(shape)
+        gid = self._covering_group(cls, lo, hi)
+        if gid is None:
+            gid = self._best_group(cls, lo, hi)
+        if gid is None:
+            gid = self._next_id
+            self._next_id += 1
+            cls.groups[gid] = _Group([root], root, lo, hi, self._volume(shape, lo, hi))
+            self._issue(root)
+        else:
+            group = cls.groups[gid]
+            group.members.append(root)
+            group.parts += self._volume(shape, lo, hi)
+            if not self._covers(group, lo, hi):
+                self._retire(group.merger)
+                group.lo, group.hi = np.minimum(group.lo, lo), np.maximum(group.hi, hi)
+                group.merger = self._merged(shape, group.lo, group.hi)
+                if not self.imperfect:
+                    gid = self._join_meeting(cls, gid)
+                self._issue(cls.groups[gid].merger)
+        self._group_of[root] = (shape, gid)
+
+    def _covering_group(self, cls: _Class, lo: np.ndarray, hi: np.ndarray) -> int | None:
+        for gid, group in cls.groups.items():
+            if self._covers(group, lo, hi):
+                return gid
+        return None
+
+    @staticmethod
+    def _covers(group: _Group, lo: np.ndarray, hi: np.ndarray) -> bool:
+        return bool((group.lo <= lo).all() and (group.hi >= hi).all())
+
+    def _best_group(self, cls: _Class, lo: np.ndarray, hi: np.ndarray) -> int | None:
+        if not cls.groups or not len(lo):
+            return None
+        ids = list(cls.groups)
+        glo = np.array([cls.groups[g].lo for g in ids]).T  # (ranges × groups)
+        ghi = np.array([cls.groups[g].hi for g in ids]).T
+        if not self.imperfect:
+            meeting = np.flatnonzero(_meets_one(glo, ghi, lo, hi))
+            return ids[int(meeting[0])] if len(meeting) else None
+        new_lo, new_hi = np.minimum(glo, lo[:, None]), np.maximum(ghi, hi[:, None])
+        volume = self._volumes(cls.shape, new_lo, new_hi)
+        parts = np.array([cls.groups[g].parts for g in ids]) + self._volume(cls.shape, lo, hi)
+        ok = volume - parts <= self.budget * volume
+        if not ok.any():
+            return None
+        grown = np.where(ok, volume - self._volumes(cls.shape, glo, ghi), np.inf)
+        return ids[int(np.argmin(grown))]
+
+    def _join_meeting(self, cls: _Class, gid: int) -> int:
+        """Perfect: while the grown group's merger meets another's on one range and
+        equals it on the rest, the two become one (their union is still exact)."""
+        group = cls.groups[gid]
+        while True:
+            other = next(
+                (
+                    oid
+                    for oid, og in cls.groups.items()
+                    if oid != gid
+                    and _meets_one(og.lo[:, None], og.hi[:, None], group.lo, group.hi)[0]
+                ),
+                None,
+            )
+            if other is None:
+                return gid
+            og = cls.groups.pop(other)
+            self._retire(og.merger)
+            group.members += og.members
+            group.parts += og.parts
+            group.lo, group.hi = np.minimum(group.lo, og.lo), np.maximum(group.hi, og.hi)
+            group.merger = self._merged(cls.shape, group.lo, group.hi)
+            for m in og.members:
+                self._group_of[m] = (cls.shape, gid)
+
+    def _merged(self, shape: Shape, lo: np.ndarray, hi: np.ndarray) -> Conjunction:
+        constraints = dict(shape.rest)
+        for attr, a, b in zip(shape.ranges, lo.tolist(), hi.tolist(), strict=True):
+            constraints[attr] = _constraint(a, b)
+        return Conjunction(constraints)
+
+    # -- volumes --------------------------------------------------------------
+
+    def _widen_extent(self, shape: Shape, lo: np.ndarray, hi: np.ndarray) -> None:
+        for attr, a, b in zip(shape.ranges, lo.tolist(), hi.tolist(), strict=True):
+            ends = [v for v in (a, b) if math.isfinite(v)]
+            if not ends:
+                continue
+            seen = self._extent.get(attr)
+            low, high = min(ends), max(ends)
+            if seen is not None:
+                low, high = min(low, seen[0]), max(high, seen[1])
+            self._extent[attr] = (low, high)
+
+    def _volume(self, shape: Shape, lo: np.ndarray, hi: np.ndarray) -> float:
+        return float(self._volumes(shape, lo[:, None], hi[:, None])[0])
+
+    def _volumes(self, shape: Shape, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+        """Estimated volumes of boxes given column-major (ranges × boxes)."""
+        out = np.ones(lo.shape[1])
+        for i, attr in enumerate(shape.ranges):
+            low, high = self._extent.get(attr, (0.0, 0.0))
+            span = max(high - low, 1.0)
+            a = np.clip(lo[i], low, high)
+            b = np.clip(hi[i], low, high)
+            out *= np.minimum((b - a) / span + RESOLUTION, 1.0)
+        return out
+
+    # -- what is sent ---------------------------------------------------------
+
+    def _issue(self, merger: Conjunction) -> None:
+        self._pending[merger] = self._pending.get(merger, 0) + 1
+
+    def _retire(self, merger: Conjunction) -> None:
+        self._pending[merger] = self._pending.get(merger, 0) - 1
+
+    def _flush(self) -> list[Change]:
+        """The net of what was issued and retired: adds first, so that what is sent
+        never stops covering a root while the changes travel."""
+        adds: list[Change] = []
+        removes: list[Change] = []
+        for merger, net in self._pending.items():
+            for _ in range(net):
+                self.sent[merger] += 1
+                adds.append(("add", merger))
+            for _ in range(-net):
+                self.sent[merger] -= 1
+                if not self.sent[merger]:
+                    del self.sent[merger]
+                removes.append(("remove", merger))
+        self._pending.clear()
+        return adds + removes
+
+
+def _meets_one(glo: np.ndarray, ghi: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """Per group (columns of `glo`/`ghi`): equal ranges but on one attribute, where
+    the two ranges meet, so that one range holds exactly their union."""
+    same = (glo == lo[:, None]) & (ghi == hi[:, None])
+    meet = np.maximum(glo, lo[:, None]) <= np.nextafter(np.minimum(ghi, hi[:, None]), np.inf)
+    return ((~same).sum(axis=0) == 1) & (same | meet).all(axis=0)
