@@ -162,10 +162,12 @@ def _global(key: Key) -> tuple:
 
 
 def _sort_key(causes: list[tuple], space: str, cause: Key | None, rank: tuple, event: dict):
-    if rank[0] == 0:  # an expiry: (0, valid_to, kind, id, index)
-        _, valid_to, kind, ident, _ = rank
+    if rank[0] == 0:  # an expiry: (0, valid_to, kind, id, index, key of the version's record)
+        _, valid_to, kind, ident, _, made = rank
         other = event["profile_id"] if kind == 0 else event["subscription_id"]
-        trigger = bisect.bisect_left(causes, (valid_to + 1,))
+        trigger = max(
+            bisect.bisect_left(causes, (valid_to + 1,)), bisect.bisect_right(causes, _global(made))
+        )
         if trigger < len(causes):
             return (0, space, causes[trigger], 0, valid_to, kind, ident, other)
         return (1, space, (), 0, valid_to, kind, ident, other)

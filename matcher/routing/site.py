@@ -26,6 +26,7 @@ streaming site keeps the same stages, one Kafka topic per link and plane.
 
 from __future__ import annotations
 
+import bisect
 import math
 from typing import Any
 
@@ -110,6 +111,7 @@ class Matcher(Stage):
         self.spaces: dict[str, SpaceMatcher] = {}
         self.decided: dict[Key, float] = {}
         self._pending: list[tuple[Key, Any]] = []
+        self._last_made: dict[tuple[str, int, str], Key] = {}  # (space, kind, id) -> key
         # (space, the key of the record that caused it or None at the end, rank, event)
         self.events: list[tuple[str, Key | None, tuple, dict]] = []
 
@@ -120,7 +122,9 @@ class Matcher(Stage):
             self.decided.setdefault(key, now)
 
     def match(self) -> None:
-        """Apply what is decided, in order."""
+        """Apply what is decided, in order. An expiry's rank gets the key of the record
+        that made the version expiring (one matcher meets the expiry at its first
+        record after that one with a larger ts than its `valid_to`)."""
         per_space: dict[str, list[tuple[Key, Any]]] = {}
         for key, item in self._pending:
             record = item.record if isinstance(item, ProfileForward) else item[1]
@@ -130,15 +134,33 @@ class Matcher(Stage):
             matcher = self.spaces.get(space)
             if matcher is None:
                 matcher = self.spaces[space] = SpaceMatcher(space)
+            upserts: dict[tuple[int, str], list[tuple[int, Key]]] = {}
+            for i, (key, record) in enumerate(keyed):
+                if record.op in ("subscribe", "publish"):
+                    code = 0 if record.kind == "subscription" else 1
+                    upserts.setdefault((code, record.id), []).append((i, key))
             ranked = matcher.apply_batch_ranked([r for _, r in keyed])
-            self.events += [(space, keyed[r[0]][0], tuple(r[1:]), e) for r, e in ranked]
+            for (index, *rank), event in ranked:
+                if rank[0] == 0:
+                    rank.append(self._made(space, upserts, index, rank[2], rank[3]))
+                self.events.append((space, keyed[index][0], tuple(rank), event))
+            for (code, ident), made in upserts.items():
+                self._last_made[space, code, ident] = made[-1][1]
+
+    def _made(self, space: str, upserts: dict, index: int, code: int, ident: str) -> Key:
+        """The key of the last upsert of (kind, id) before record `index` of a run."""
+        made = upserts.get((code, ident), [])
+        at = bisect.bisect_left(made, (index,)) - 1
+        return made[at][1] if at >= 0 else self._last_made[space, code, ident]
 
     def finish(self, watermark: float) -> None:
         """Apply what is left, then evict what expired before the end's watermark, as
         one matcher does."""
         self.match()
         for space, matcher in self.spaces.items():
-            self.events += [(space, None, r, e) for r, e in matcher.expire_ranked(watermark)]
+            for rank, event in matcher.expire_ranked(watermark):
+                made = self._last_made[space, rank[2], rank[3]]
+                self.events.append((space, None, (*rank, made), event))
 
 
 class Port(Stage):
