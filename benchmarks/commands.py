@@ -32,12 +32,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     bench = subparsers.add_parser(
         "bench",
-        help="benchmark the matcher against baselines, or the pipeline",
+        help="benchmark the matcher against baselines, the pipeline, or routing strategies",
         description="`matcher`: the DoubleForest against a numpy brute-force scan, "
         "Siena's filters poset and an R-tree on the same workloads; checks that "
         "all of them return the same matches, prints a table, writes JSON and plots.",
     )
-    bench.add_argument("target", choices=("matcher", "pipeline"))
+    bench.add_argument("target", choices=("matcher", "pipeline", "routing"))
     bench.add_argument("--quick", action="store_true", help="small sizes, < 2 minutes")
     bench.add_argument(
         "--json",
@@ -57,6 +57,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         metavar="SECONDS",
         help="matcher: time a contender may take per size and phase (default 150; "
         "past it, its rates are over what it did, or it is skipped)",
+    )
+    bench.add_argument(
+        "--results",
+        type=Path,
+        metavar="DIR",
+        help="routing: the results folder (default bench-results/routing)",
+    )
+    bench.add_argument(
+        "--docs", action="store_true", help="routing: also write the results to docs/bench/routing"
     )
     bench.set_defaults(handler=_bench)
 
@@ -92,6 +101,12 @@ def _bench(args: argparse.Namespace) -> int:
         raise CliError(f"`tsm bench {args.target}` is not available in this build") from exc
     if args.target == "pipeline":
         return module.main(quick=args.quick, json_path=args.json, sizes=args.sizes)
+    if args.target == "routing":
+        if args.sizes is not None and len(args.sizes) != 1:
+            raise CliError("--sizes takes one size for the routing benchmark (its subscriptions)")
+        size = args.sizes[0] if args.sizes else None
+        command = "tsm bench " + " ".join(sys.argv[2:] if len(sys.argv) > 2 else ["routing"])
+        return module.main(args.quick, args.results, args.docs, args.workloads, size, command)
     return module.main(args.quick, args.json, args.sizes, args.workloads, args.budget)
 
 

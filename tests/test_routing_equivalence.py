@@ -21,6 +21,7 @@ import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
+from benchmarks.placement import network_toml
 from benchmarks.workloads import KINDS, generate
 from matcher.constraints import Atom
 from matcher.engine import Engine, Input
@@ -56,18 +57,6 @@ def trees(draw) -> tuple[list[str], list[tuple[str, str]]]:
     names = [f"s{i}" for i in range(n)]
     links = [(names[draw(st.integers(0, i - 1))], names[i]) for i in range(1, n)]
     return draw(st.permutations(names)), links
-
-
-def network_text(order, links, routing, merge, budget, adverts, idle) -> str:
-    lines = [
-        f'routing = "{routing}"',
-        f'merge = "{merge}"',
-        f"merge_budget = {budget}",
-        f"advertisements = {'true' if adverts else 'false'}",
-        f"idle_ms = {idle}",
-        "links = [" + ", ".join(f'["{a}", "{b}"]' for a, b in links) + "]",
-    ]
-    return "\n".join(lines + [f"[sites.{name}]" for name in order]) + "\n"
 
 
 WIDE = (
@@ -241,7 +230,8 @@ def test_the_network_equals_one_matcher(data, tree, routing, with_adverts, idle,
     profiles = profiles + ads
     if data.draw(st.booleans()):
         profiles.sort(key=lambda r: oracle.to_ms(r["ts"]))
-    net = parse_network(network_text(order, links, *routing, with_adverts, idle))
+    toml = network_toml(list(order), links, *routing, idle, advertisements=with_adverts)
+    net = parse_network(toml)
     out, expected = assert_equivalent(net, subs, profiles, Delays(seed=seed, base_ms=base))
     total = out.stats()["total"]
     for name in ("catch_ups", "retracts_forwarded", "false_positives", "profiles_forwarded"):

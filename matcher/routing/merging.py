@@ -11,10 +11,12 @@ range from the lowest bound to the highest (a single value counts as a range).
   the union: the two agree on every range but one, and on that one their
   ranges meet. A merger that grew may then meet another group's, and the two
   groups become one.
-- **imperfect**: a root joins the group whose merger grows least for it, while
-  the merger's estimated extra volume (its volume less the sum of its
-  members') stays within `budget` of its volume. Volumes are products of
-  range widths, each a fraction of the widest extent seen on its attribute
+- **imperfect**: a root joins the group whose merger grows least for it (of
+  the `CANDIDATES` that grow least), as long as the share of the grown
+  merger that none of its members covers, its extra volume, stays within
+  `budget`. The share is estimated on `SAMPLES` fixed points spread over the
+  merger (a range's open end at the widest extent seen on its attribute);
+  the growth is a product of range widths, each a fraction of that extent
   (plus a thousandth, so that a single value weighs something).
 
 A root covered by a merger joins that group without anything being sent.
@@ -32,7 +34,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -40,6 +42,9 @@ from matcher.constraints import NUM, Conjunction, Constraint
 
 Change = tuple[str, Conjunction]  # ("add" | "remove", filter)
 RESOLUTION = 1e-3  # of an attribute's extent: the width a single value weighs
+CANDIDATES = 3  # groups tried for a root, those whose merger grows least first
+SAMPLES = 128  # points a grown merger is sampled at to estimate its uncovered share
+_UNIT = np.random.default_rng(20_061_116).random((SAMPLES, 64))  # fixed: runs repeat
 
 
 def _range(c: Constraint) -> tuple[float, float] | None:
@@ -90,17 +95,61 @@ def shape_of(conj: Conjunction) -> tuple[Shape, np.ndarray, np.ndarray]:
 class _Group:
     members: list[Conjunction]
     merger: Conjunction
-    lo: np.ndarray
+    lo: np.ndarray  # the merger's ranges
     hi: np.ndarray
-    parts: float  # the sum of the members' volumes
+    member_lo: np.ndarray  # the members' ranges, (members × ranges)
+    member_hi: np.ndarray
+
+    def join(self, lo: np.ndarray, hi: np.ndarray) -> None:
+        self.member_lo = np.vstack([self.member_lo, lo])
+        self.member_hi = np.vstack([self.member_hi, hi])
 
 
-@dataclass
 class _Class:
-    """The groups of one shape, their ranges column-major for vector tests."""
+    """The groups of one shape, their mergers' ranges column-major (a column a group,
+    freed columns reused) for vector tests."""
 
-    shape: Shape
-    groups: dict[int, _Group] = field(default_factory=dict)
+    def __init__(self, shape: Shape) -> None:
+        self.shape = shape
+        self.groups: dict[int, _Group] = {}
+        k = len(shape.ranges)
+        self.lo = np.full((k, 8), np.inf)
+        self.hi = np.full((k, 8), -np.inf)
+        self.gid: list[int] = []  # per column, -1 when free
+        self.column: dict[int, int] = {}
+        self.free: list[int] = []
+
+    def put(self, gid: int, group: _Group) -> None:
+        self.groups[gid] = group
+        if self.free:
+            col = self.free.pop()
+            self.gid[col] = gid
+        else:
+            col = len(self.gid)
+            self.gid.append(gid)
+            if col >= self.lo.shape[1]:
+                self.lo = np.concatenate([self.lo, np.full_like(self.lo, np.inf)], axis=1)
+                self.hi = np.concatenate([self.hi, np.full_like(self.hi, -np.inf)], axis=1)
+        self.column[gid] = col
+        self.lo[:, col], self.hi[:, col] = group.lo, group.hi
+
+    def grew(self, gid: int) -> None:
+        col, group = self.column[gid], self.groups[gid]
+        self.lo[:, col], self.hi[:, col] = group.lo, group.hi
+
+    def pop(self, gid: int) -> _Group:
+        col = self.column.pop(gid)
+        self.gid[col] = -1
+        self.lo[:, col], self.hi[:, col] = np.inf, -np.inf
+        self.free.append(col)
+        return self.groups.pop(gid)
+
+    def columns(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The live columns' group ids and ranges."""
+        n = len(self.gid)
+        ids = np.array(self.gid, dtype=np.int64)
+        live = np.flatnonzero(ids >= 0)
+        return ids[live], self.lo[:, :n][:, live], self.hi[:, :n][:, live]
 
 
 class Merger:
@@ -135,7 +184,7 @@ class Merger:
         """A root left: its group is re-derived from the members that stay."""
         shape, gid = self._group_of.pop(root)
         cls = self._classes[shape]
-        group = cls.groups.pop(gid)
+        group = cls.pop(gid)
         self._retire(group.merger)
         others = [m for m in group.members if m != root]
         for member in others:
@@ -161,26 +210,27 @@ class Merger:
         if gid is None:
             gid = self._next_id
             self._next_id += 1
-            cls.groups[gid] = _Group([root], root, lo, hi, self._volume(shape, lo, hi))
+            cls.put(gid, _Group([root], root, lo, hi, lo[None, :], hi[None, :]))
             self._issue(root)
         else:
             group = cls.groups[gid]
             group.members.append(root)
-            group.parts += self._volume(shape, lo, hi)
+            group.join(lo, hi)
             if not self._covers(group, lo, hi):
                 self._retire(group.merger)
                 group.lo, group.hi = np.minimum(group.lo, lo), np.maximum(group.hi, hi)
                 group.merger = self._merged(shape, group.lo, group.hi)
+                cls.grew(gid)
                 if not self.imperfect:
                     gid = self._join_meeting(cls, gid)
                 self._issue(cls.groups[gid].merger)
         self._group_of[root] = (shape, gid)
 
     def _covering_group(self, cls: _Class, lo: np.ndarray, hi: np.ndarray) -> int | None:
-        for gid, group in cls.groups.items():
-            if self._covers(group, lo, hi):
-                return gid
-        return None
+        """The oldest group whose merger covers the ranges, if any."""
+        ids, glo, ghi = cls.columns()
+        hit = ((glo <= lo[:, None]) & (ghi >= hi[:, None])).all(axis=0)
+        return int(ids[hit].min()) if hit.any() else None
 
     @staticmethod
     def _covers(group: _Group, lo: np.ndarray, hi: np.ndarray) -> bool:
@@ -189,43 +239,50 @@ class Merger:
     def _best_group(self, cls: _Class, lo: np.ndarray, hi: np.ndarray) -> int | None:
         if not cls.groups or not len(lo):
             return None
-        ids = list(cls.groups)
-        glo = np.array([cls.groups[g].lo for g in ids]).T  # (ranges × groups)
-        ghi = np.array([cls.groups[g].hi for g in ids]).T
+        ids, glo, ghi = cls.columns()
         if not self.imperfect:
-            meeting = np.flatnonzero(_meets_one(glo, ghi, lo, hi))
-            return ids[int(meeting[0])] if len(meeting) else None
+            meeting = ids[_meets_one(glo, ghi, lo, hi)]
+            return int(meeting.min()) if len(meeting) else None
         new_lo, new_hi = np.minimum(glo, lo[:, None]), np.maximum(ghi, hi[:, None])
-        volume = self._volumes(cls.shape, new_lo, new_hi)
-        parts = np.array([cls.groups[g].parts for g in ids]) + self._volume(cls.shape, lo, hi)
-        ok = volume - parts <= self.budget * volume
-        if not ok.any():
-            return None
-        grown = np.where(ok, volume - self._volumes(cls.shape, glo, ghi), np.inf)
-        return ids[int(np.argmin(grown))]
+        grown = self._volumes(cls.shape, new_lo, new_hi) - self._volumes(cls.shape, glo, ghi)
+        for j in np.lexsort((ids, grown))[:CANDIDATES].tolist():
+            group = cls.groups[int(ids[j])]
+            grown_lo, grown_hi = self._clipped(cls.shape, new_lo[:, j], new_hi[:, j])
+            if self._uncovered(group, grown_lo, grown_hi, lo, hi) <= self.budget:
+                return int(ids[j])
+        return None
+
+    def _uncovered(self, group: _Group, lo, hi, root_lo, root_hi) -> float:
+        """The share of a grown merger's volume that no member (nor the root joining)
+        covers, estimated on `SAMPLES` fixed points spread over it."""
+        points = lo + _UNIT[:, : len(lo)] * (hi - lo)  # (samples × ranges)
+        mlo = np.vstack([group.member_lo, root_lo])
+        mhi = np.vstack([group.member_hi, root_hi])
+        inside = (points[:, None, :] >= mlo[None]) & (points[:, None, :] <= mhi[None])
+        return 1.0 - float(inside.all(axis=2).any(axis=1).mean())
+
+    def _clipped(self, shape: Shape, lo: np.ndarray, hi: np.ndarray):
+        """Ranges within the extent seen on each attribute (open ends at its edge)."""
+        low = np.array([self._extent.get(a, (0.0, 0.0))[0] for a in shape.ranges])
+        high = np.array([self._extent.get(a, (0.0, 0.0))[1] for a in shape.ranges])
+        return np.clip(lo, low, high), np.clip(hi, low, high)
 
     def _join_meeting(self, cls: _Class, gid: int) -> int:
         """Perfect: while the grown group's merger meets another's on one range and
         equals it on the rest, the two become one (their union is still exact)."""
         group = cls.groups[gid]
         while True:
-            other = next(
-                (
-                    oid
-                    for oid, og in cls.groups.items()
-                    if oid != gid
-                    and _meets_one(og.lo[:, None], og.hi[:, None], group.lo, group.hi)[0]
-                ),
-                None,
-            )
-            if other is None:
+            ids, glo, ghi = cls.columns()
+            meeting = ids[_meets_one(glo, ghi, group.lo, group.hi) & (ids != gid)]
+            if not len(meeting):
                 return gid
-            og = cls.groups.pop(other)
+            og = cls.pop(int(meeting.min()))
             self._retire(og.merger)
             group.members += og.members
-            group.parts += og.parts
+            group.join(og.member_lo, og.member_hi)
             group.lo, group.hi = np.minimum(group.lo, og.lo), np.maximum(group.hi, og.hi)
             group.merger = self._merged(cls.shape, group.lo, group.hi)
+            cls.grew(gid)
             for m in og.members:
                 self._group_of[m] = (cls.shape, gid)
 
@@ -247,9 +304,6 @@ class Merger:
             if seen is not None:
                 low, high = min(low, seen[0]), max(high, seen[1])
             self._extent[attr] = (low, high)
-
-    def _volume(self, shape: Shape, lo: np.ndarray, hi: np.ndarray) -> float:
-        return float(self._volumes(shape, lo[:, None], hi[:, None])[0])
 
     def _volumes(self, shape: Shape, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
         """Estimated volumes of boxes given column-major (ranges × boxes)."""
