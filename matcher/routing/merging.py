@@ -118,6 +118,28 @@ class _Class:
         self.gid: list[int] = []  # per column, -1 when free
         self.column: dict[int, int] = {}
         self.free: list[int] = []
+        # every root of the shape, a row each (freed rows reused): what a merger's
+        # extra volume is judged against
+        self.root_lo = np.full((8, k), np.inf)
+        self.root_hi = np.full((8, k), -np.inf)
+        self.root_row: dict[Conjunction, int] = {}
+        self.root_free: list[int] = []
+
+    def hold_root(self, root: Conjunction, lo: np.ndarray, hi: np.ndarray) -> None:
+        if self.root_free:
+            row = self.root_free.pop()
+        else:
+            row = len(self.root_row)
+            if row >= len(self.root_lo):
+                self.root_lo = np.vstack([self.root_lo, np.full_like(self.root_lo, np.inf)])
+                self.root_hi = np.vstack([self.root_hi, np.full_like(self.root_hi, -np.inf)])
+        self.root_row[root] = row
+        self.root_lo[row], self.root_hi[row] = lo, hi
+
+    def drop_root(self, root: Conjunction) -> None:
+        row = self.root_row.pop(root)
+        self.root_lo[row], self.root_hi[row] = np.inf, -np.inf
+        self.root_free.append(row)
 
     def put(self, gid: int, group: _Group) -> None:
         self.groups[gid] = group
@@ -177,16 +199,43 @@ class Merger:
 
     def add_root(self, root: Conjunction) -> list[Change]:
         """A filter became a root: place it; the mergers to add and remove."""
+        shape, lo, hi = shape_of(root)
+        self._class(shape).hold_root(root, lo, hi)
         self._place(root)
         return self._flush()
 
+    def _class(self, shape: Shape) -> _Class:
+        cls = self._classes.get(shape)
+        if cls is None:
+            cls = self._classes[shape] = _Class(shape)
+        return cls
+
     def remove_root(self, root: Conjunction) -> list[Change]:
-        """A root left: its group is re-derived from the members that stay."""
+        """A root left: its group's merger is re-derived from the members that stay,
+        as the range from their lowest bound to their highest. Where that one's extra
+        volume is over the budget (imperfect), or its ranges no longer meet
+        (perfect), the group is dissolved and its members placed again one by one."""
         shape, gid = self._group_of.pop(root)
         cls = self._classes[shape]
-        group = cls.pop(gid)
+        cls.drop_root(root)
+        group = cls.groups[gid]
+        at = group.members.index(root)
+        others = group.members[:at] + group.members[at + 1 :]
+        if others:
+            keep = np.ones(len(group.members), dtype=bool)
+            keep[at] = False
+            lo, hi = group.member_lo[keep].min(axis=0), group.member_hi[keep].max(axis=0)
+            if self._still_fits(cls, group, keep, lo, hi):
+                self._retire(group.merger)
+                group.members = others
+                group.member_lo, group.member_hi = group.member_lo[keep], group.member_hi[keep]
+                group.lo, group.hi = lo, hi
+                group.merger = self._merged(shape, lo, hi)
+                cls.grew(gid)
+                self._issue(group.merger)
+                return self._flush()
+        cls.pop(gid)
         self._retire(group.merger)
-        others = [m for m in group.members if m != root]
         for member in others:
             del self._group_of[member]
         for member in others:
@@ -195,15 +244,20 @@ class Merger:
             del self._classes[shape]
         return self._flush()
 
+    def _still_fits(self, cls: _Class, group: _Group, keep: np.ndarray, lo, hi) -> bool:
+        """Whether the members that stay (two or more) can keep one merger spanning
+        them (one alone is placed again: it may join another group)."""
+        if keep.sum() > 1 and self.imperfect:
+            return self._uncovered(cls, *self._clipped(cls.shape, lo, hi)) <= self.budget
+        return False  # perfect: placed again, as its ranges may no longer meet
+
     # -- placing one root -----------------------------------------------------
 
     def _place(self, root: Conjunction) -> None:
         """Put `root` in a group of its shape (a new one if none fits)."""
         shape, lo, hi = shape_of(root)
         self._widen_extent(shape, lo, hi)
-        cls = self._classes.get(shape)
-        if cls is None:
-            cls = self._classes[shape] = _Class(shape)
+        cls = self._class(shape)
         gid = self._covering_group(cls, lo, hi)
         if gid is None:
             gid = self._best_group(cls, lo, hi)
@@ -246,19 +300,19 @@ class Merger:
         new_lo, new_hi = np.minimum(glo, lo[:, None]), np.maximum(ghi, hi[:, None])
         grown = self._volumes(cls.shape, new_lo, new_hi) - self._volumes(cls.shape, glo, ghi)
         for j in np.lexsort((ids, grown))[:CANDIDATES].tolist():
-            group = cls.groups[int(ids[j])]
             grown_lo, grown_hi = self._clipped(cls.shape, new_lo[:, j], new_hi[:, j])
-            if self._uncovered(group, grown_lo, grown_hi, lo, hi) <= self.budget:
+            if self._uncovered(cls, grown_lo, grown_hi) <= self.budget:
                 return int(ids[j])
         return None
 
-    def _uncovered(self, group: _Group, lo, hi, root_lo, root_hi) -> float:
-        """The share of a grown merger's volume that no member (nor the root joining)
-        covers, estimated on `SAMPLES` fixed points spread over it."""
+    def _uncovered(self, cls: _Class, lo: np.ndarray, hi: np.ndarray) -> float:
+        """The share of a grown merger's volume that no root of its shape covers (where a
+        profile would be sent for nothing), estimated on `SAMPLES` fixed points spread
+        over it, tested against the roots that meet it."""
+        meet = ((cls.root_lo <= hi) & (cls.root_hi >= lo)).all(axis=1)
+        rlo, rhi = cls.root_lo[meet], cls.root_hi[meet]
         points = lo + _UNIT[:, : len(lo)] * (hi - lo)  # (samples × ranges)
-        mlo = np.vstack([group.member_lo, root_lo])
-        mhi = np.vstack([group.member_hi, root_hi])
-        inside = (points[:, None, :] >= mlo[None]) & (points[:, None, :] <= mhi[None])
+        inside = (points[:, None, :] >= rlo[None]) & (points[:, None, :] <= rhi[None])
         return 1.0 - float(inside.all(axis=2).any(axis=1).mean())
 
     def _clipped(self, shape: Shape, lo: np.ndarray, hi: np.ndarray):
