@@ -52,7 +52,9 @@ class Plan:
     placements: tuple[str, ...] = PLACEMENTS
 
 
-FULL = Plan(KINDS, 10_000, 10_000)
+# 2,000 profiles: nested at 10k subscriptions makes 2.2M match records from 10k profiles,
+# and every run (144 of them) makes and checks them all
+FULL = Plan(KINDS, 10_000, 2_000)
 QUICK = Plan(KINDS, 300, 300)
 
 
@@ -140,7 +142,7 @@ def main(
     if workloads:
         plan = Plan(workloads, plan.subscriptions, plan.profiles)
     if subscriptions:
-        plan = Plan(plan.workloads, subscriptions, subscriptions)
+        plan = Plan(plan.workloads, subscriptions, plan.profiles)
     rows: list[dict[str, Any]] = []
     started = time.perf_counter()
     for kind in plan.workloads:
@@ -237,7 +239,8 @@ def check_targets(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "target": "merging (imperfect): largest table >= 10x smaller than simple's, "
                 "false positives <= 5% of forwards",
                 "case": case,
-                "measured": f"{smaller:.1f}x smaller, {share:.1%} false positives",
+                "measured": f"{smaller:.1f}x smaller, {share:.1%} false positives "
+                f"(simple's: {simple['false_positive_share']:.1%})",
                 "met": smaller >= 10 and share <= 0.05,
             }
         )
@@ -248,11 +251,14 @@ def check_targets(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 key=lambda r: r["profiles_forwarded"],
             )
             share = worst["profiles_forwarded"] / max(flood, 1)
+            # (a forward that made a pair downstream cannot be spared by any strategy)
+            least = 1 - s["flooding"]["false_positive_share"]
             out.append(
                 {
                     "target": "every strategy forwards <= 1/3 of flooding's profiles with locality",
                     "case": case,
-                    "measured": f"most: {worst['strategy']} {share:.1%} of flooding's",
+                    "measured": f"most: {worst['strategy']} {share:.1%} of flooding's "
+                    f"(any exact strategy: >= {least:.1%})",
                     "met": share <= 1 / 3,
                 }
             )

@@ -48,7 +48,7 @@ def test_a_placed_workload_runs_equal_to_one_matcher_on_each_topology():
 
 
 def test_the_targets_are_judged_per_case():
-    row = dict(workload="nested", topology="line-7", placement="locality", false_positive_share=0)
+    row = dict(workload="nested", topology="line-7", placement="locality", false_positive_share=0.0)
 
     def r(strategy, **counts):
         base = dict(interest_messages=0, largest_table=1, profiles_forwarded=0)
@@ -62,7 +62,7 @@ def test_the_targets_are_judged_per_case():
     ]
     judged = check_targets(rows)
     assert [t["met"] for t in judged] == [True, True, True, False]
-    assert judged[3]["measured"] == "most: merging-imperfect 44.4% of flooding's"
+    assert judged[3]["measured"].startswith("most: merging-imperfect 44.4% of flooding's")
 
 
 def _matches(subs, profiles):
