@@ -70,3 +70,26 @@ def test_flags_that_do_not_go_together_are_refused(tmp_path):
     assert b"--stats needs --network" in replay(*example_args(), "--stats", tmp_path / "x").stderr
     done = replay(*example_args(), "--network", net, "--batch-lines", "3")
     assert done.returncode == 2 and b"one matcher" in done.stderr
+
+
+def test_the_network_example_catches_a_ferry_up_over_two_hops():
+    """examples/network: a subscriber at the airport comes after the harbour published
+    its ferry, and still gets it (ROUTING §4), from the airport's own site."""
+    folder = EXAMPLES / "network"
+    done = replay(
+        "--network",
+        folder / "net.toml",
+        *example_args(folder / "subscriptions.jsonl", folder / "profiles.jsonl"),
+    )
+    assert done.returncode == 0, done.stderr.decode()
+    records = [json.loads(line) for line in done.stdout.splitlines()]
+    ferry = [
+        (r["event"], r["reason"], r["site"])
+        for r in records
+        if r["subscription_id"] == "ferry-watch"
+    ]
+    assert ferry == [("match", "new-subscription", "airport"), ("unmatch", "retract", "airport")]
+    single = replay(*example_args(folder / "subscriptions.jsonl", folder / "profiles.jsonl"))
+    assert [{k: v for k, v in r.items() if k != "site"} for r in records] == [
+        json.loads(line) for line in single.stdout.splitlines()
+    ]
