@@ -145,6 +145,7 @@ def main(
         plan = Plan(plan.workloads, subscriptions, plan.profiles)
     rows: list[dict[str, Any]] = []
     started = time.perf_counter()
+    commit = _commit()  # (the code that runs: taken now, not when it ends)
     for kind in plan.workloads:
         subs, profiles = generate(kind, SEED, plan.subscriptions, plan.profiles)
         reference, single_s = single_matcher(subs, profiles)
@@ -160,7 +161,7 @@ def main(
                     rows.append(row)
                     print(_progress(row), flush=True)
     elapsed = time.perf_counter() - started
-    meta = _meta(plan, elapsed, command)
+    meta = _meta(plan, elapsed, command, commit)
     targets = check_targets(rows)
     for folder in [results or DEFAULT_RESULTS] + ([DOCS] if docs else []):
         write(folder, rows, targets, meta)
@@ -177,13 +178,16 @@ def _progress(r: dict[str, Any]) -> str:
     )
 
 
-def _meta(plan: Plan, elapsed: float, command: str) -> dict[str, Any]:
+def _commit() -> str:
     try:
-        commit = subprocess.run(
+        return subprocess.run(
             ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
         ).stdout.strip()
     except OSError:
-        commit = ""
+        return ""
+
+
+def _meta(plan: Plan, elapsed: float, command: str, commit: str) -> dict[str, Any]:
     return {
         "command": command or "tsm bench routing",
         "commit": commit,

@@ -30,7 +30,7 @@ from typing import Any
 from matcher.engine import Held, Input
 from matcher.errors import RecordError
 from matcher.events import profile_digest
-from matcher.records import Publish, Source, dead_letter, decode, to_state, version_of
+from matcher.records import Publish, dead_letter, decode, to_state, version_of
 from matcher.routing.adverts import OPS as ADVERT_OPS
 from matcher.routing.adverts import decode_advert
 from matcher.routing.network import Network
@@ -201,6 +201,3 @@ def count_false_positives(net: Network, result: Result) -> None:
             ):
                 misses += 1
         result.links[src, dst].false_positives = misses
-
-
-__all__ = ["Delays", "Output", "Source", "replay_network"]

@@ -290,7 +290,6 @@ class Site:
         self.ports: dict[str, list[Port]] = {}
         # where each input goes: ("local", item kind) or (neighbour, plane) -> inboxes
         self.routes: dict[tuple[str, str], list[Inbox]] = {}
-        self._local_wm = NEVER
         self._route(("local", "sub"), self.matcher.inbox())
         self._route(("local", "pub"), self.matcher.inboxes[0])
         for n in self.neighbours:
@@ -334,7 +333,6 @@ class Site:
             for box in self.routes.get(("local", item[0]), ()):
                 box.items.append((key, item))
         self.local.out.clear()
-        self._local_wm = watermark
         for source, boxes in self.routes.items():
             if source[0] == "local":
                 for box in boxes:

@@ -28,8 +28,6 @@ from matcher.filter_json import parse_filter
 from matcher.records import OPEN, Publish, Retract, from_state, to_state
 from matcher.routing.order import Key
 
-PLANES = ("advert", "interest", "profile")
-
 
 def filter_json(conj: Conjunction) -> list[dict[str, Any]]:
     """One conjunction as the atoms of the JSON filter form; `filter_of` reads it back
