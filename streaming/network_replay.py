@@ -51,7 +51,7 @@ def run(args: argparse.Namespace, inputs: list[Any], out: IO[bytes], dead: IO[by
     from matcher.routing.replay import replay_network
 
     net = load_network(args.network)
-    result = replay_network(net, inputs, Delays(seed=args.seed))
+    result = replay_network(net, inputs, Delays(seed=args.seed or 0))
     for record in result.matches:
         out.write(encode(record) + b"\n")
     out.flush()
@@ -107,15 +107,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--stats", metavar="FILE", help="with --network: per-link counts as JSON")
     p.add_argument(
-        "--seed", type=int, default=0, help="with --network: seed of the link delays (default 0)"
+        "--seed", type=int, default=None, help="with --network: seed of the link delays (default 0)"
     )
 
 
 def check_arguments(args: argparse.Namespace) -> None:
     """The flags that go with --network, and those that do not."""
     if args.network is None:
-        for flag in ("stats",):
-            if getattr(args, flag):
+        for flag in ("stats", "seed"):
+            if getattr(args, flag) is not None:
                 raise CliError(f"--{flag} needs --network")
         return
     if args.batch_lines is not None or args.lateness:
