@@ -354,3 +354,25 @@ def test_a_subscriber_that_comes_later_gets_what_another_site_holds():
     assert [(m["profile_id"], m["reason"]) for m in expected] == [("p", "new-subscription")]
     assert out.stats()["links"]["a->b"]["catch_ups"] == 1
     assert out.stats()["links"]["b->c"]["catch_ups"] == 1
+
+
+def test_a_lifetime_that_ends_before_its_ts_still_meets_what_is_held_then_leaves():
+    """One matcher holds such a subscription for its own record only: it matches the
+    profiles held then, and is evicted before the next record. (Its interest leaves
+    just after it comes, not at `valid_to + 1`, which is already past.)"""
+    subs = [
+        sub("s", 50, "x < 5", valid_from=0, valid_to=20),
+        sub("t", 60, "x < 5", site="a"),
+        sub("u", 50, "x < 7", site="c"),
+    ]
+    profiles = [pub("p", 10, 1, valid_to=100), pub("q", 55, 2, valid_to=100)]
+    for routing in ("simple", "covering", "merging"):
+        net = parse_network(
+            f'routing = "{routing}"\nlinks = [["a", "b"], ["b", "c"]]\n'
+            "[sites.a]\n[sites.b]\n[sites.c]\n"
+        )
+        _, expected = assert_equivalent(net, subs, profiles)
+        assert [(m["subscription_id"], m["profile_id"], m["event"]) for m in expected][:2] == [
+            ("s", "p", "match"),
+            ("s", "p", "unmatch"),
+        ]

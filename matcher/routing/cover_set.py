@@ -63,21 +63,40 @@ class _Group:
     def rows(self, outer: bool, bounds: dict[int, tuple[float, float]]) -> np.ndarray:
         """Rows whose box contains the filter's (`outer`) or lies inside it."""
         n = len(self.members)
-        keep = np.ones(n, dtype=bool)
-        for i, col in enumerate(self.columns):
-            lo, hi = bounds.get(col, (-np.inf, np.inf))
-            if outer:
-                keep &= (self.lo[i, :n] <= lo) & (self.hi[i, :n] >= hi)
-            else:
-                keep &= (self.lo[i, :n] >= lo) & (self.hi[i, :n] <= hi)
-        return np.flatnonzero(keep)
+        ends = [bounds.get(col, _FREE) for col in self.columns]
+        lo = np.array([e[0] for e in ends])[:, None]
+        hi = np.array([e[1] for e in ends])[:, None]
+        if outer:
+            keep = (self.lo[:, :n] <= lo) & (self.hi[:, :n] >= hi)
+        else:
+            keep = (self.lo[:, :n] >= lo) & (self.hi[:, :n] <= hi)
+        return np.flatnonzero(keep.all(axis=0))
+
+
+_FREE = (-np.inf, np.inf)
+
+
+class Boxes:
+    """Filters' boxes, made once for the CoverSets that share it (their columns)."""
+
+    def __init__(self) -> None:
+        self.dims = Dims()
+        self._made: dict[Conjunction, tuple[dict[int, tuple[float, float]], bool]] = {}
+
+    def of(self, conj: Conjunction) -> tuple[dict[int, tuple[float, float]], bool]:
+        made = self._made.get(conj)
+        if made is None:
+            if len(self._made) > 1 << 16:
+                self._made.clear()  # (a bound on memory: boxes are remade on demand)
+            made = self._made[conj] = self.dims.filter_box(conj)
+        return made
 
 
 class CoverSet:
     """Distinct filters with counts; see the module's docstring."""
 
-    def __init__(self) -> None:
-        self.dims = Dims()
+    def __init__(self, boxes: Boxes | None = None) -> None:
+        self.boxes = boxes or Boxes()
         self.counts: dict[Conjunction, int] = {}  # (insertion order: the members' age)
         self._boxes: dict[Conjunction, tuple[dict, bool, int]] = {}
         self._groups: dict[int, _Group] = {}  # by column mask
@@ -176,8 +195,7 @@ class CoverSet:
         known = self._boxes.get(conj)
         if known is not None:
             return known[0], known[1]
-        bounds, inexact = self.dims.filter_box(conj)
-        return bounds, inexact
+        return self.boxes.of(conj)
 
 
 def _mask(bounds: dict[int, tuple[float, float]]) -> int:

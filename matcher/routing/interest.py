@@ -26,7 +26,7 @@ from collections import Counter
 from typing import Protocol
 
 from matcher.constraints import Conjunction
-from matcher.routing.cover_set import CoverSet
+from matcher.routing.cover_set import Boxes, CoverSet
 from matcher.routing.merging import Change, Merger
 
 
@@ -84,8 +84,9 @@ class Covering:
     per filter it covered."""
 
     def __init__(self) -> None:
-        self.behind = CoverSet()
-        self.sent = CoverSet()
+        boxes = Boxes()
+        self.behind = CoverSet(boxes)
+        self.sent = CoverSet(boxes)
 
     @property
     def entries(self) -> int:
@@ -117,8 +118,9 @@ class Merging:
     groups partition them."""
 
     def __init__(self, *, imperfect: bool, budget: float) -> None:
-        self.behind = CoverSet()
-        self.roots = CoverSet()
+        boxes = Boxes()
+        self.behind = CoverSet(boxes)
+        self.roots = CoverSet(boxes)
         self.merger = Merger(imperfect=imperfect, budget=budget)
 
     @property

@@ -40,6 +40,14 @@ def outside_reason(pub: Publish, site: str) -> str:
     )
 
 
+def _end(valid_to: float, key: Key) -> Key:
+    """Where a record held from `key` ends: before anything after its `valid_to`, and
+    just after itself where that is already past (a lifetime that ends before its
+    ts: one matcher evicts it before the next record)."""
+    end = Key(int(valid_to) + 1, EXPIRY, key.pos)
+    return end if end > key else key._replace(seq=key.seq + 1)
+
+
 class LocalSource:
     """One site's own records as keyed items (see the module docstring)."""
 
@@ -109,7 +117,7 @@ class LocalSource:
         self._version += 1
         self._subs[rec.space, rec.id] = (self._version, rec)
         if rec.valid_to != OPEN:
-            end = Key(int(rec.valid_to) + 1, EXPIRY, key.pos)
+            end = _end(rec.valid_to, key)
             heapq.heappush(self._timers, (end, 0, rec.space, rec.id, self._version))
 
     def _unsubscribe(self, key: Key, rec: Unsubscribe) -> None:
@@ -136,7 +144,7 @@ class LocalSource:
             self._version += 1
             self._profiles[rec.space, rec.id] = (self._version, rec)
             if rec.valid_to != OPEN:
-                end = Key(int(rec.valid_to) + 1, EXPIRY, key.pos)
+                end = _end(rec.valid_to, key)
                 heapq.heappush(self._timers, (end, 1, rec.space, rec.id, self._version))
         self.accepted.append((rec.space, key))
         self.out.append((key, ("pub", rec)))

@@ -115,7 +115,8 @@ class _Class:
         k = len(shape.ranges)
         self.lo = np.full((k, 8), np.inf)
         self.hi = np.full((k, 8), -np.inf)
-        self.gid: list[int] = []  # per column, -1 when free
+        self.gid = np.full(8, -1, dtype=np.int64)  # per column, -1 when free
+        self.used = 0  # columns ever used
         self.column: dict[int, int] = {}
         self.free: list[int] = []
         # every root of the shape, a row each (freed rows reused): what a merger's
@@ -145,13 +146,14 @@ class _Class:
         self.groups[gid] = group
         if self.free:
             col = self.free.pop()
-            self.gid[col] = gid
         else:
-            col = len(self.gid)
-            self.gid.append(gid)
+            col = self.used
+            self.used += 1
             if col >= self.lo.shape[1]:
                 self.lo = np.concatenate([self.lo, np.full_like(self.lo, np.inf)], axis=1)
                 self.hi = np.concatenate([self.hi, np.full_like(self.hi, -np.inf)], axis=1)
+                self.gid = np.concatenate([self.gid, np.full_like(self.gid, -1)])
+        self.gid[col] = gid
         self.column[gid] = col
         self.lo[:, col], self.hi[:, col] = group.lo, group.hi
 
@@ -168,10 +170,10 @@ class _Class:
 
     def columns(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The live columns' group ids and ranges."""
-        n = len(self.gid)
-        ids = np.array(self.gid, dtype=np.int64)
+        n = self.used
+        ids = self.gid[:n]
         live = np.flatnonzero(ids >= 0)
-        return ids[live], self.lo[:, :n][:, live], self.hi[:, :n][:, live]
+        return ids[live], self.lo[:, live], self.hi[:, live]
 
 
 class Merger:
