@@ -18,7 +18,7 @@ if TYPE_CHECKING:  # the engine pulls in numpy: keep `tsm --help` fast
     from matcher.engine import Engine
 
 
-def _lines(path: str, kind: str) -> Iterator[Input]:
+def input_lines(path: str, kind: str) -> Iterator[Input]:
     from matcher.admission import Input
     from matcher.records import Source
 
@@ -74,8 +74,8 @@ def replay(
     from matcher.engine import Engine
 
     engine = engine or Engine(lateness_ms=lateness_ms)
-    subs = list(_lines(subscriptions, "subscription"))
-    profs = list(_lines(profiles, "profile"))
+    subs = list(input_lines(subscriptions, "subscription"))
+    profs = list(input_lines(profiles, "profile"))
     total = len(subs) + len(profs)
     counts = {"matches": 0, "deadletter": 0}
     done = 0

@@ -508,6 +508,22 @@ def profile_attrs(types=TYPES):
     return build()
 
 
+def subscription_fields(dnf: list[list[Atom]]):
+    """A subscription's predicate (as `where` or `filter`), subscriber and relation,
+    drawn for a record."""
+    st = _st()
+
+    @st.composite
+    def build(draw):
+        text = where_text(dnf)
+        out = {"where": text} if text and draw(st.booleans()) else {"filter": filter_json(dnf)}
+        out["subscriber"] = draw(st.sampled_from(("alice", "bob")))
+        relation = draw(st.sampled_from((None, "overlaps", "covers")))
+        return out | ({"relation": relation} if relation else {})
+
+    return build()
+
+
 def where_text(dnf: list[list[Atom]]) -> str | None:
     """The predicate in the `where` language (None where it has no such form)."""
 

@@ -74,15 +74,7 @@ def record(draw, base: int, spaces: tuple[str, ...], n: int) -> tuple[str, dict]
     rec |= draw(times(ts))
     if op == "publish":
         return kind, rec | {"attrs": draw(oracle.profile_attrs()), "payload": {"n": n}}
-    dnf = draw(oracle.predicates())
-    text = oracle.where_text(dnf)
-    if text and draw(st.booleans()):
-        rec["where"] = text
-    else:
-        rec["filter"] = oracle.filter_json(dnf)
-    rec["subscriber"] = draw(st.sampled_from(("alice", "bob")))
-    relation = draw(st.sampled_from((None, "overlaps", "covers")))
-    return kind, rec | ({"relation": relation} if relation else {})
+    return kind, rec | draw(oracle.subscription_fields(draw(oracle.predicates())))
 
 
 @st.composite

@@ -131,8 +131,11 @@ def test_a_backlog_read_by_event_time(topic, max_rows, restart_at):
         ]
         # (a batch may hold no record: it passes offsets without one, a gap at the end)
         assert len(records) <= (max_rows or len(records))
-        for tp, _offset, t in records:
-            before = [x for p, _, x in read if p == tp and x != NO_TIME]
+        for tp, offset, t in records:
+            # (on time in its partition: at or after every time read before it there,
+            # in earlier batches or earlier in this one)
+            earlier = read + records
+            before = [x for p, o, x in earlier if p == tp and o < offset and x != NO_TIME]
             on_time = not before or t >= max(before)
             if t != NO_TIME and on_time and first.watermark is not None:
                 assert t >= first.watermark

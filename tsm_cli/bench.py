@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import sys
 from pathlib import Path
 
 from benchmarks.report import DOCS_DIR, RESULTS_DIR
@@ -40,14 +41,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     bench = add_command(
         subparsers,
         "bench",
-        help="benchmark the matcher against baselines, or the pipeline",
+        help="benchmark the matcher against baselines, the pipeline, or routing strategies",
         description="`matcher`: the DoubleForest against a numpy brute-force scan, "
         "Siena's filters poset and an R-tree on the same workloads; checks that "
         "all of them return the same matches, prints a table, writes JSON and plots. "
         "`pipeline`: the job against no-op pipelines and Spark's stream-stream join. "
         f"Results go to {RESULTS_DIR}/ unless --json or --write-docs say otherwise.",
     )
-    bench.add_argument("target", choices=("matcher", "pipeline"))
+    bench.add_argument("target", choices=("matcher", "pipeline", "routing"))
     bench.add_argument("--quick", action="store_true", help="small sizes, < 2 minutes")
     where = bench.add_mutually_exclusive_group()
     where.add_argument(
@@ -73,6 +74,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         metavar="SECONDS",
         help="matcher: time a contender may take per size and phase (default 150; "
         "past it, its rates are over what it did, or it is skipped)",
+    )
+    bench.add_argument(
+        "--results",
+        type=Path,
+        metavar="DIR",
+        help="routing: the results folder (default bench-results/routing)",
     )
     bench.set_defaults(handler=_bench)
 
@@ -120,6 +127,12 @@ def _bench(args: argparse.Namespace) -> int:
         json_path = DOCS_DIR / f"{args.target}.json"
     if args.target == "pipeline":
         return module.main(quick=args.quick, json_path=json_path, sizes=args.sizes)
+    if args.target == "routing":
+        if args.sizes is not None and len(args.sizes) != 1:
+            raise CliError("--sizes takes one size for the routing benchmark (its subscriptions)")
+        size = args.sizes[0] if args.sizes else None
+        command = "tsm bench " + " ".join(sys.argv[2:] if len(sys.argv) > 2 else ["routing"])
+        return module.main(args.quick, args.results, args.write_docs, args.workloads, size, command)
     return module.main(args.quick, json_path, args.sizes, args.workloads, args.budget)
 
 

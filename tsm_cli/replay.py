@@ -18,6 +18,7 @@ from contextlib import ExitStack
 from pathlib import Path
 
 from matcher.times import MAX_LATENESS_MS
+from tsm_cli import network_replay
 from tsm_cli.args import CliError, add_command, whole
 from tsm_cli.progress import Bar
 
@@ -56,13 +57,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="cut the input into micro-batches of at most N records, from each file "
         "those up to a common time, as the job reads a backlog (default: one batch)",
     )
+    network_replay.add_arguments(p)
     p.set_defaults(handler=_replay)
 
 
 def _replay(args: argparse.Namespace) -> int:
     from streaming.replay import replay
 
-    inputs, outputs = (args.subscriptions, args.profiles), (args.out, args.dead_letter)
+    network_replay.check_arguments(args)
+    inputs = (args.subscriptions, args.profiles)
+    outputs = (args.out, args.dead_letter, args.stats)
     for path in inputs:
         try:
             open(path, "rb").close()  # (a pipe stays unread: the process keeps its own fd)
@@ -78,6 +82,8 @@ def _replay(args: argparse.Namespace) -> int:
                 dead = sys.stderr.buffer
         except OSError as exc:
             raise CliError(f"cannot write {exc.filename}: {exc.strerror}") from None
+        if args.network is not None:
+            return network_replay.run(args, network_replay.read_inputs(args), out, dead)
         bar = stack.enter_context(Bar("replayed", unit="records", minimum=BAR_FROM))
         matches, rejected = replay(
             args.subscriptions,

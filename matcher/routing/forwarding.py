@@ -1,0 +1,206 @@
+"""Which profiles go over one link, per space (ROUTING §3, §4).
+
+A site keeps, for each neighbour and space:
+
+- the neighbour's interest: the filters it sent (a multiset: `simple` sends a
+  filter once per subscription), in a `DoubleForest` as subscriptions, so that
+  a run of profiles is matched against all of them in one vector query;
+- the profiles this site holds from every other side (its own publishers and
+  its other neighbours), in another DoubleForest as profiles: when the
+  neighbour's interest grows, those the new filter overlaps and that it does
+  not hold are sent at once (*catch-up*), keyed just before the interest that
+  asked for them, as held before that interest's ts (ROUTING §4);
+- what the neighbour holds: the last version of each id sent to it, until it
+  is retracted or expires (`valid_to` below the ts at hand). A version there
+  that this site has since replaced without sending the new one is *stale*
+  (kept in a third forest); invariant: the neighbour's interest overlaps no
+  stale version, so none makes a pair there.
+
+A publish goes over the link if the neighbour's interest overlaps it. If it
+does not, it still goes when the neighbour holds the id in a version its
+interest overlaps: that version's pairs there must end, `changed`, as at one
+matcher; otherwise the neighbour's version becomes stale. When the interest
+grows, a stale version it overlaps is replaced by the current one, or, where
+this site holds none any more (it expired here first), retracted: the
+subscription that asked must not meet it. A publish sent to a neighbour that
+holds no version of its id, while this site holds one it replaces, is preceded
+by that one (it makes no pair there, or it would have gone over when it
+came): the pairs are then `changed`, not `new-profile`, as at one matcher. A
+retract goes over if the neighbour holds the id. Nothing is sent back to the
+side it came from (the caller gives only other sides' profiles). With
+`flooding`, everything goes.
+
+Costs: a run of profiles, one forest query plus O(1) a profile (one query
+more for a profile that leaves the interest); an interest add, two forest
+queries (held and stale profiles) the first time its filter is seen.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import Counter
+
+import numpy as np
+
+from matcher.constraints import Conjunction
+from matcher.double_forest import DoubleForest
+from matcher.records import Publish, Retract
+from matcher.routing.order import CATCH_UP, Key
+
+ALWAYS = (-math.inf, math.inf)
+Sent = tuple[Publish | Retract, Key]
+
+
+class _Profiles:
+    """Profiles by id in a DoubleForest (as profiles), for "which does this filter
+    overlap"; each entry stamped so that an expiry entry tells its version."""
+
+    def __init__(self) -> None:
+        self.forest = DoubleForest()
+        self.by_id: dict[str, tuple[Publish, int, int]] = {}  # id -> (record, slot, stamp)
+        self._expiry: list[tuple[float, str, int]] = []
+        self._stamp = 0
+
+    def get(self, ident: str, now: float) -> Publish | None:
+        """The version held for `ident`, if it is valid at `now`."""
+        held = self.by_id.get(ident)
+        return held[0] if held is not None and held[0].valid_to >= now else None
+
+    def put(self, pub: Publish) -> None:
+        self.drop(pub.id)
+        slot = self.forest.add_profile(pub.id, pub.profile, *ALWAYS)
+        self._stamp += 1
+        self.by_id[pub.id] = (pub, slot, self._stamp)
+        heapq.heappush(self._expiry, (pub.valid_to, pub.id, self._stamp))
+
+    def drop(self, ident: str) -> None:
+        old = self.by_id.pop(ident, None)
+        if old is not None:
+            self.forest.remove_profile(old[1])
+
+    def overlapped_by(self, conj: Conjunction) -> list[str]:
+        if not self.by_id:
+            return []
+        _, slots = self.forest.match_subscriptions([([conj], False, *ALWAYS)])
+        handles = self.forest.profiles.handles
+        return [handles[s] for s in slots.tolist()]
+
+    def expire(self, now: float) -> None:
+        """Forget the versions that expired before `now`."""
+        while self._expiry and self._expiry[0][0] < now:
+            _, ident, stamp = heapq.heappop(self._expiry)
+            held = self.by_id.get(ident)
+            if held is not None and held[2] == stamp:
+                self.drop(ident)
+
+
+class Forwarder:
+    """One neighbour's side of one space at one site (see the module docstring)."""
+
+    def __init__(self, *, flooding: bool = False) -> None:
+        self.flooding = flooding
+        self.table: Counter[Conjunction] = Counter()
+        self.forest = DoubleForest()  # the table's distinct filters, as subscriptions
+        self._filter_slot: dict[Conjunction, int] = {}
+        self.held = _Profiles()  # this site's current versions, from the other sides
+        self.theirs: dict[str, Publish] = {}  # the version the neighbour holds, by id
+        self.stale = _Profiles()  # the neighbour's versions that `held` has replaced
+
+    @property
+    def entries(self) -> int:
+        return sum(self.table.values())
+
+    # -- the neighbour's interest ---------------------------------------------
+
+    def interest(self, op: str, conj: Conjunction, key: Key) -> list[Sent]:
+        """Apply one interest change; what it makes this site send (catch-up)."""
+        if op == "remove":
+            self.table[conj] -= 1
+            if not self.table[conj]:
+                del self.table[conj]
+                self.forest.remove_subscription(self._filter_slot.pop(conj))
+            return []
+        self.table[conj] += 1
+        if self.table[conj] > 1:
+            return []
+        self._filter_slot[conj] = self.forest.add_subscription(conj, [conj], False, *ALWAYS)
+        now = key.ts
+        self._expire(now)
+        at = key._replace(seq=CATCH_UP)
+        out: list[Sent] = []
+        for ident in sorted(set(self.held.overlapped_by(conj) + self.stale.overlapped_by(conj))):
+            current, theirs = self.held.get(ident, now), self._theirs(ident, now)
+            if current is not None and theirs is not current:
+                self._sent(current)
+                out.append((current, at))
+            elif current is None and theirs is not None:
+                self._forget(ident)
+                out.append((Retract(theirs.space, ident, now), at))
+        return out
+
+    # -- profiles from the other sides ----------------------------------------
+
+    def profiles(self, run: list[tuple[Key, Publish | Retract]]) -> list[Sent]:
+        """A run of profile records (no interest change among them), in key order:
+        those to send on."""
+        if self.flooding:
+            return [(rec, key) for key, rec in run]
+        pubs = [i for i, (_, rec) in enumerate(run) if isinstance(rec, Publish)]
+        wanted: set[int] = set()
+        if pubs and self.table:
+            qi, _ = self.forest.match_profiles(
+                [run[i][1].profile for i in pubs], [ALWAYS] * len(pubs)
+            )
+            wanted = {pubs[q] for q in np.unique(qi).tolist()}
+        out: list[Sent] = []
+        for i, (key, rec) in enumerate(run):
+            now = key.ts
+            self._expire(now)
+            theirs = self._theirs(rec.id, now)
+            if isinstance(rec, Retract):
+                self.held.drop(rec.id)
+                if theirs is not None:
+                    self._forget(rec.id)
+                    out.append((rec, key))
+                continue
+            before = self.held.get(rec.id, now)
+            self.held.put(rec)
+            if i in wanted:
+                if theirs is None and before is not None:
+                    self._sent(before)
+                    out.append((before, key._replace(seq=CATCH_UP)))
+                self._sent(rec)
+                out.append((rec, key))
+            elif theirs is not None:
+                if theirs is before and self._overlaps(theirs):
+                    self._sent(rec)
+                    out.append((rec, key))
+                elif theirs is before:
+                    self.stale.put(theirs)
+        return out
+
+    def _overlaps(self, pub: Publish) -> bool:
+        if not self.table:
+            return False
+        qi, _ = self.forest.match_profiles([pub.profile], [ALWAYS])
+        return len(qi) > 0
+
+    def _theirs(self, ident: str, now: float) -> Publish | None:
+        theirs = self.theirs.get(ident)
+        if theirs is not None and theirs.valid_to < now:
+            self._forget(ident)
+            return None
+        return theirs
+
+    def _sent(self, pub: Publish) -> None:
+        self.theirs[pub.id] = pub
+        self.stale.drop(pub.id)
+
+    def _forget(self, ident: str) -> None:
+        self.theirs.pop(ident, None)
+        self.stale.drop(ident)
+
+    def _expire(self, now: float) -> None:
+        self.held.expire(now)
+        self.stale.expire(now)

@@ -1,0 +1,172 @@
+"""A site's own input, read in event-time order: what each part of the site takes of it.
+
+The site's records (its subscriptions and profiles-topic records, in the order
+of SEMANTICS §5) become a stream of keyed items:
+
+- `("sub", record)`: a subscribe or unsubscribe, for the site's matcher;
+- `("pub", record)`: an admitted publish, or a retract, for the matcher and
+  for every link (`forwarding`);
+- `("interest", op, space, filter)`: the filters of the site's own live
+  subscriptions coming and going (a subscription's disjuncts each count once),
+  for every link's interest (`interest`); an expired subscription's leave at
+  `valid_to + 1` (class EXPIRY), before anything at that ts;
+- `("advert", op, space, filter)`: the site's own advertisements in force
+  (`adverts.LocalAdverts`).
+
+With advertisements on, a publish that no advertisement of the site covers is
+refused here, with a reason for the dead letters. Expiry-driven items wait in
+a timer heap and come out in key order: before the first record with a
+larger key, or when the watermark passes them (`release`).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from typing import Any
+
+from matcher.records import OPEN, Publish, Retract, Subscribe, Unsubscribe
+from matcher.routing.adverts import Advertise, LocalAdverts, Unadvertise
+from matcher.routing.order import EXPIRY, Key
+
+Item = tuple[Any, ...]
+
+
+def outside_reason(pub: Publish, site: str) -> str:
+    return (
+        f"profile {pub.id!r} in space {pub.space!r} lies outside every advertisement "
+        f"of site {site!r}, its publisher's: advertise a filter that covers it first "
+        "(with advertisements = true, a site admits only what it advertised)"
+    )
+
+
+def _end(valid_to: float, key: Key) -> Key:
+    """Where a record held from `key` ends: before anything after its `valid_to`, and
+    just after itself where that is already past (a lifetime that ends before its
+    ts: one matcher evicts it before the next record)."""
+    end = Key(int(valid_to) + 1, EXPIRY, key.pos)
+    return end if end > key else key._replace(seq=key.seq + 1)
+
+
+class LocalSource:
+    """One site's own records as keyed items (see the module docstring)."""
+
+    def __init__(self, site: str, *, advertisements: bool) -> None:
+        self.site = site
+        self.advertisements = advertisements
+        self.out: list[tuple[Key, Item]] = []
+        self.refused: list[tuple[Any, str]] = []  # (the record's handle, reason)
+        self._timers: list[tuple[Key, int, str, str, int]] = []
+        self._subs: dict[
+            tuple[str, str], tuple[int, Subscribe]
+        ] = {}  # (space, id) -> (version, rec)
+        self._profiles: dict[tuple[str, str], tuple[int, Publish]] = {}
+        self._adverts: dict[str, LocalAdverts] = {}
+        self._version = 0
+        self.accepted: list[tuple[str, Key]] = []  # (space, key) of each record let through
+
+    def feed(self, key: Key, record: Any, handle: Any = None) -> None:
+        """One record at `key` (keys strictly increasing across calls)."""
+        self.release(key)
+        if isinstance(record, Subscribe | Unsubscribe | Retract):
+            self.accepted.append((record.space, key))
+        if isinstance(record, Subscribe):
+            self._subscribe(key, record)
+        elif isinstance(record, Unsubscribe):
+            self._unsubscribe(key, record)
+        elif isinstance(record, Publish):
+            self._publish(key, record, handle)
+        elif isinstance(record, Retract):
+            self._retract(key, record)
+        elif isinstance(record, Advertise):
+            changes = self._ads(record.space).advertise(record)
+            self._emit_adverts(key, record.space, changes)
+        elif isinstance(record, Unadvertise):
+            changes = self._ads(record.space).unadvertise(record)
+            self._emit_adverts(key, record.space, changes)
+
+    def release(self, until: Key | float) -> None:
+        """Let out the timers before `until` (a key, or a watermark ts)."""
+        bound = until if isinstance(until, Key) else Key(until, -1, ())
+        while self._timers and self._timers[0][0] < bound:
+            key, kind, space, ident, version = heapq.heappop(self._timers)
+            if kind == 0:
+                held = self._subs.get((space, ident))
+                if held is not None and held[0] == version:
+                    del self._subs[space, ident]
+                    self._interest(key, "remove", held[1])
+            else:
+                held = self._profiles.get((space, ident))
+                if held is not None and held[0] == version:
+                    del self._profiles[space, ident]
+                    self._emit_adverts(key, space, self._ads(space).end(ident))
+
+    @property
+    def max_ts(self) -> float:
+        """The largest ts of the subscriptions and profiles let through."""
+        return self.accepted[-1][1].ts if self.accepted else -math.inf
+
+    # -- subscriptions -------------------------------------------------------
+
+    def _subscribe(self, key: Key, rec: Subscribe) -> None:
+        self.out.append((key, ("sub", rec)))
+        old = self._subs.pop((rec.space, rec.id), None)
+        self._interest(key, "add", rec)
+        if old is not None:
+            self._interest(key, "remove", old[1])
+        self._version += 1
+        self._subs[rec.space, rec.id] = (self._version, rec)
+        if rec.valid_to != OPEN:
+            end = _end(rec.valid_to, key)
+            heapq.heappush(self._timers, (end, 0, rec.space, rec.id, self._version))
+
+    def _unsubscribe(self, key: Key, rec: Unsubscribe) -> None:
+        self.out.append((key, ("sub", rec)))
+        old = self._subs.pop((rec.space, rec.id), None)
+        if old is not None:
+            self._interest(key, "remove", old[1])
+
+    def _interest(self, key: Key, op: str, rec: Subscribe) -> None:
+        for conj in rec.predicate:
+            self.out.append((key, ("interest", op, rec.space, conj)))
+
+    # -- profiles ------------------------------------------------------------
+
+    def _publish(self, key: Key, rec: Publish, handle: Any) -> None:
+        if self.advertisements:
+            ads = self._ads(rec.space)
+            under = ads.admitting(rec)
+            if not under:
+                self.refused.append((handle, outside_reason(rec, self.site)))
+                return
+            self._end_profile(key, rec.space, rec.id)
+            ads.hold(rec.id, under)
+            self._version += 1
+            self._profiles[rec.space, rec.id] = (self._version, rec)
+            if rec.valid_to != OPEN:
+                end = _end(rec.valid_to, key)
+                heapq.heappush(self._timers, (end, 1, rec.space, rec.id, self._version))
+        self.accepted.append((rec.space, key))
+        self.out.append((key, ("pub", rec)))
+
+    def _retract(self, key: Key, rec: Retract) -> None:
+        self.out.append((key, ("pub", rec)))
+        if self.advertisements:
+            self._end_profile(key, rec.space, rec.id)
+
+    def _end_profile(self, key: Key, space: str, ident: str) -> None:
+        if self._profiles.pop((space, ident), None) is not None:
+            self._emit_adverts(key, space, self._ads(space).end(ident))
+
+    # -- advertisements ------------------------------------------------------
+
+    def _ads(self, space: str) -> LocalAdverts:
+        ads = self._adverts.get(space)
+        if ads is None:
+            ads = self._adverts[space] = LocalAdverts()
+        return ads
+
+    def _emit_adverts(self, key: Key, space: str, changes: list) -> None:
+        if self.advertisements:
+            for op, conj in changes:
+                self.out.append((key, ("advert", op, space, conj)))

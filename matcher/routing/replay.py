@@ -1,0 +1,204 @@
+"""`tsm replay --network`: raw records in, every site's match records out (ROUTING §7).
+
+Each input record may name its home `site` (the network file's first site
+where it does not); it enters the network there, as if published to that
+site's topics. A record that names a site the file does not is a dead letter.
+
+**Ids.** A subscription or profile id names it within its space at its site
+(ROUTING §1). Where one id is used at two sites (in one space, for one kind
+of record), each site's records of it are known as `id@site` from the start:
+this is what the single matcher that the network is compared with sees, so
+both make the same match records, `match_id` included. Ids used at one site
+only are kept as they are.
+
+**Order.** The match records of all sites come out in the order one matcher
+gives the same input in one batch (`tsm replay`): space by space, by the
+record that caused each (SEMANTICS §5), the records of one cause by the other
+side's id; an expiry is placed where one matcher meets it, before the first
+record of its space with a larger ts (or at the end). Each record gets a
+`site` field: the subscriber's site, where it was made.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any
+
+from matcher.admission import dead_letter
+from matcher.engine import Held, Input
+from matcher.errors import RecordError
+from matcher.events import profile_digest
+from matcher.records import Publish, decode, to_state, version_of
+from matcher.routing.adverts import OPS as ADVERT_OPS
+from matcher.routing.adverts import decode_advert
+from matcher.routing.network import Network
+from matcher.routing.offline import Delays, LinkCounts, OfflineNetwork, Result
+from matcher.routing.order import SUBSCRIPTIONS, Key, record_key
+
+_PROFILE_OPS = ("publish", "retract", *ADVERT_OPS)
+
+
+@dataclass
+class Output:
+    matches: list[dict[str, Any]]
+    dead_letters: list[dict[str, Any]]
+    links: dict[tuple[str, str], LinkCounts]
+    result: Result
+
+    def stats(self) -> dict[str, Any]:
+        """The per-link counts of ROUTING §6 and their totals, as JSON."""
+        links = {f"{a}->{b}": c.to_json() for (a, b), c in sorted(self.links.items())}
+        total = {k: sum(c[k] for c in links.values()) for k in LinkCounts().to_json()}
+        total["table_peak"] = max((c["table_peak"] for c in links.values()), default=0)
+        total.pop("table_entries")
+        return {
+            "links": links,
+            "total": total,
+            "largest_table": total["table_peak"],
+            "simulated_ms": round(self.result.simulated_ms, 3),
+            "latency_ms": self.result.latency(),
+            "deliveries": self.result.deliveries,
+        }
+
+
+def replay_network(net: Network, items: list[Input], delays: Delays | None = None) -> Output:
+    """Run raw subscriptions and profiles-topic records through the network."""
+    dead: list[tuple[tuple, dict[str, Any]]] = []
+    parsed = []
+    for n, item in enumerate(items):
+        obj = _peek(item.raw)
+        site = net.first
+        if obj is not None and "site" in obj:
+            site = obj["site"]
+            if not isinstance(site, str) or site not in net.names:
+                reason = f"unknown site {site!r}: the network file names {', '.join(net.names)}"
+                dead.append(((n,), _letter(reason, item, net.first)))
+                continue
+        parsed.append((n, item, obj, site))
+    renamed = _qualified(parsed)
+    inputs: dict[str, list[tuple[Key, Any, Any]]] = {name: [] for name in net.names}
+    for n, item, obj, site in parsed:
+        try:
+            record = _decode(item, obj, renamed.get(n))
+        except RecordError as exc:
+            dead.append(((n,), _letter(str(exc), item, site)))
+            continue
+        inputs[site].append((record_key(record.ts, item.kind, item.source.position), record, n))
+    for records in inputs.values():
+        records.sort(key=lambda r: r[0])
+    result = OfflineNetwork(net, delays or Delays()).run(inputs)
+    for site, n, reason in result.refused:
+        dead.append(((n,), _letter(reason, items[n], site)))
+    dead.sort(key=lambda d: d[0])
+    matches = ordered_matches(result)
+    count_false_positives(net, result)
+    return Output(matches, [d for _, d in dead], result.links, result)
+
+
+def _peek(raw: bytes | str) -> dict[str, Any] | None:
+    try:
+        obj = json.loads(raw)
+    except (ValueError, RecursionError):
+        return None
+    return obj if isinstance(obj, dict) else None
+
+
+def _letter(reason: str, item: Input, site: str) -> dict[str, Any]:
+    return {**dead_letter(reason, item.raw, item.source), "site": site}
+
+
+def _qualified(parsed: list[tuple[int, Input, Any, str]]) -> dict[int, str]:
+    """The records whose id is used at two sites: their new id, `id@site`."""
+    sites: dict[tuple, set[str]] = defaultdict(set)
+    keyed = []
+    for n, item, obj, site in parsed:
+        if obj is None or item.kind == "profile" and obj.get("op") in ADVERT_OPS:
+            continue
+        ident, space = obj.get("id"), obj.get("space")
+        if isinstance(ident, str | int) and not isinstance(ident, bool):
+            key = (item.kind, json.dumps(space), str(ident))
+            sites[key].add(site)
+            keyed.append((n, key, site))
+    return {n: f"{key[2]}@{site}" for n, key, site in keyed if len(sites[key]) > 1}
+
+
+def _decode(item: Input, obj: dict[str, Any] | None, new_id: str | None) -> Any:
+    if item.kind == "profile" and obj is not None:
+        op = obj.get("op")
+        if op in ADVERT_OPS:
+            return decode_advert(obj, item.source, item.timestamp)
+        if op not in _PROFILE_OPS:
+            expected = " or ".join(repr(o) for o in _PROFILE_OPS)
+            raise RecordError(f"unknown op {op!r} on the profiles topic: expected {expected}")
+    raw = item.raw if new_id is None else json.dumps({**obj, "id": new_id}, ensure_ascii=False)
+    return decode(item.kind, raw, item.source, item.timestamp)
+
+
+# -- the order of one matcher --------------------------------------------------
+
+
+def ordered_matches(result: Result) -> list[dict[str, Any]]:
+    """Every site's match records, with `site`, in one matcher's order."""
+    causes: dict[str, list[tuple]] = defaultdict(list)
+    for space, key in result.accepted:
+        causes[space].append(_global(key))
+    for keys in causes.values():
+        keys.sort()
+    out = []
+    for site, events in result.events.items():
+        for space, cause, rank, event in events:
+            out.append(
+                (_sort_key(causes[space], space, cause, rank, event), {**event, "site": site})
+            )
+    out.sort(key=lambda pair: pair[0])
+    return [e for _, e in out]
+
+
+def _global(key: Key) -> tuple:
+    """A record's place in one matcher's order: (ts, subscriptions first, position)."""
+    return (key.ts, 0 if key.cls == SUBSCRIPTIONS else 1, key.pos)
+
+
+def _sort_key(causes: list[tuple], space: str, cause: Key | None, rank: tuple, event: dict):
+    if rank[0] == 0:  # an expiry: (0, valid_to, kind, id, index, key of the version's record)
+        _, valid_to, kind, ident, _, made = rank
+        other = event["profile_id"] if kind == 0 else event["subscription_id"]
+        trigger = max(
+            bisect.bisect_left(causes, (valid_to + 1,)), bisect.bisect_right(causes, _global(made))
+        )
+        if trigger < len(causes):
+            return (0, space, causes[trigger], 0, valid_to, kind, ident, other)
+        return (1, space, (), 0, valid_to, kind, ident, other)
+    assert cause is not None
+    other = event["profile_id"] if cause.cls == SUBSCRIPTIONS else event["subscription_id"]
+    return (0, space, _global(cause), 1, other, rank[1])
+
+
+# -- false positives -----------------------------------------------------------
+
+
+def count_false_positives(net: Network, result: Result) -> None:
+    """A forwarded publish is a false positive if no site behind the link made a match
+    record about it (ROUTING §6): one of that version's, or one it caused (an
+    `unmatch` of the version it replaced, `changed`, at its ts)."""
+    versions: dict[str, set[str]] = {}
+    causes: dict[str, set[tuple]] = {}
+    for site, events in result.events.items():
+        versions[site] = {e["match_id"][16:] for *_, e in events}
+        causes[site] = {(e["space"], e["profile_id"], e["ts"]) for *_, e in events}
+    for (src, dst), pubs in result.forwarded.items():
+        downstream = net.behind(src, dst)
+        misses = 0
+        for pub in pubs:
+            assert isinstance(pub, Publish)
+            held = Held(pub, version_of(to_state(pub)), None)
+            digests = [profile_digest(pub.space, held, e) for e in ("match", "update", "unmatch")]
+            cause = (pub.space, pub.id, pub.ts)
+            if not any(
+                cause in causes[s] or any(d in versions[s] for d in digests) for s in downstream
+            ):
+                misses += 1
+        result.links[src, dst].false_positives = misses

@@ -1,0 +1,369 @@
+"""One site of a network: its matcher and, per neighbour, what goes over the link.
+
+A site is a handful of event-time stages, each a merge of its inputs that
+handles every item below the smallest watermark among them, in key order
+(`order.Key`), as a stream join waits for its slowest input:
+
+- the **matcher** (`SpaceMatcher` per space): the site's own subscriptions
+  and every profile that reaches it, its own and forwarded; it alone makes
+  match records, for the site's own subscribers;
+- per neighbour N, three **ports**, each a plane of the link to N:
+  - *adverts*: the site's advertisements and those of its other neighbours,
+    each distinct filter once;
+  - *interest*: the filters of the site's subscriptions and the interest of
+    its other neighbours, reduced by the routing strategy (and, with
+    advertisements, only where N's side advertised);
+  - *profiles*: the site's admitted profiles and those of its other
+    neighbours, forwarded as N's interest asks (`forwarding.Forwarder`).
+
+A port's output on a link depends only on what comes from the other sides
+and, for profiles, on N's interest, never on what N sends on the same plane,
+so no two sites wait for each other: the adverts plane waits only for
+adverts, interest for interest and N's adverts, profiles for profiles and N's
+interest. Every stage's state and every item it passes is a plain record: a
+streaming site keeps the same stages, one Kafka topic per link and plane.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from typing import Any
+
+from matcher.engine import SpaceMatcher
+from matcher.records import Publish, Retract
+from matcher.routing.forwarding import Forwarder
+from matcher.routing.interest import Eligible, Identity, Strategy, strategy
+from matcher.routing.local import LocalSource
+from matcher.routing.network import Network
+from matcher.routing.order import Key
+from matcher.routing.wire import FilterChange, Message, ProfileForward
+
+NEVER = -math.inf
+
+
+class Inbox:
+    """One input of a stage: items in key order and the watermark below which all
+    have arrived (every later item has a ts of at least `wm`)."""
+
+    __slots__ = ("items", "wm", "rank")
+
+    def __init__(self, rank: int) -> None:
+        self.items: list[tuple[Key, Any]] = []
+        self.wm = NEVER
+        self.rank = rank  # ties between inboxes at one key go by rank
+
+    def take(self, bound: float) -> list[tuple[Key, Any]]:
+        items = self.items
+        n = 0
+        while n < len(items) and items[n][0].ts < bound:
+            n += 1
+        out = items[:n]
+        del items[:n]
+        return out
+
+
+class Stage:
+    """An event-time merge of inboxes (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self.inboxes: list[Inbox] = []
+        self.done = NEVER  # every item below this ts is handled
+
+    def inbox(self) -> Inbox:
+        box = Inbox(len(self.inboxes))
+        self.inboxes.append(box)
+        return box
+
+    def run(self) -> bool:
+        """Handle what every input has passed; whether the watermark moved."""
+        bound = min(box.wm for box in self.inboxes)
+        if bound <= self.done:
+            return False
+        parts = [(box.rank, box.take(bound)) for box in self.inboxes]
+        parts = [(r, items) for r, items in parts if items]
+        if len(parts) == 1:
+            items = parts[0][1]
+        else:
+            tagged = [(k, r, i, item) for r, part in parts for i, (k, item) in enumerate(part)]
+            tagged.sort(key=lambda t: (t[0], t[1], t[2]))
+            items = [(k, item) for k, _, _, item in tagged]
+        if items:
+            self.handle(items)
+        self.done = bound
+        return True
+
+    def handle(self, items: list[tuple[Key, Any]]) -> None:
+        raise NotImplementedError
+
+
+class Matcher(Stage):
+    """The site's matcher: a SpaceMatcher per space; events with what caused them.
+
+    It feeds nothing else in the site, so `match` may apply what it has decided
+    all at once (the offline network does, at the end: one batch is faster than
+    many small ones, and gives the same events); `decided` keeps when each
+    record's place in event time was reached (its latency)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.now = 0.0
+        self.spaces: dict[str, SpaceMatcher] = {}
+        self.decided: dict[Key, float] = {}
+        self._pending: list[tuple[Key, Any]] = []
+        self._last_made: dict[tuple[str, int, str], Key] = {}  # (space, kind, id) -> key
+        # (space, the key of the record that caused it or None at the end, rank, event)
+        self.events: list[tuple[str, Key | None, tuple, dict]] = []
+
+    def handle(self, items: list[tuple[Key, Any]]) -> None:
+        self._pending += items
+        now = self.now
+        for key, _ in items:
+            self.decided.setdefault(key, now)
+
+    def match(self) -> None:
+        """Apply what is decided, in order. An expiry's rank gets the key of the record
+        that made the version expiring (one matcher meets the expiry at its first
+        record after that one with a larger ts than its `valid_to`)."""
+        per_space: dict[str, list[tuple[Key, Any]]] = {}
+        for key, item in self._pending:
+            record = item.record if isinstance(item, ProfileForward) else item[1]
+            per_space.setdefault(record.space, []).append((key, record))
+        self._pending = []
+        for space, keyed in per_space.items():
+            matcher = self.spaces.get(space)
+            if matcher is None:
+                matcher = self.spaces[space] = SpaceMatcher(space)
+            upserts: dict[tuple[int, str], list[tuple[int, Key]]] = {}
+            for i, (key, record) in enumerate(keyed):
+                if record.op in ("subscribe", "publish"):
+                    code = 0 if record.kind == "subscription" else 1
+                    upserts.setdefault((code, record.id), []).append((i, key))
+            ranked = matcher.apply_batch_ranked([r for _, r in keyed])
+            for (index, *rank), event in ranked:
+                if rank[0] == 0:
+                    rank.append(self._made(space, upserts, index, rank[2], rank[3]))
+                self.events.append((space, keyed[index][0], tuple(rank), event))
+            for (code, ident), made in upserts.items():
+                self._last_made[space, code, ident] = made[-1][1]
+
+    def _made(self, space: str, upserts: dict, index: int, code: int, ident: str) -> Key:
+        """The key of the last upsert of (kind, id) before record `index` of a run."""
+        made = upserts.get((code, ident), [])
+        at = bisect.bisect_left(made, (index,)) - 1
+        return made[at][1] if at >= 0 else self._last_made[space, code, ident]
+
+    def finish(self, watermark: float) -> None:
+        """Apply what is left, then evict what expired before the end's watermark, as
+        one matcher does."""
+        self.match()
+        for space, matcher in self.spaces.items():
+            for rank, event in matcher.expire_ranked(watermark):
+                made = self._last_made[space, rank[2], rank[3]]
+                self.events.append((space, None, (*rank, made), event))
+
+
+class Port(Stage):
+    """A stage whose output goes over the link to one neighbour, on one plane."""
+
+    plane = ""
+
+    def __init__(self, neighbour: str) -> None:
+        super().__init__()
+        self.neighbour = neighbour
+        self.outbox: list[Message] = []
+
+
+class AdvertPort(Port):
+    """Advertisements toward a neighbour: each distinct filter once."""
+
+    plane = "advert"
+
+    def __init__(self, neighbour: str) -> None:
+        super().__init__(neighbour)
+        self.spaces: dict[str, Identity] = {}
+
+    def handle(self, items: list[tuple[Key, Any]]) -> None:
+        for key, item in items:
+            op, space, conj = _filter_change(item)
+            sent = self.spaces.setdefault(space, Identity())
+            changes = sent.add(conj) if op == "add" else sent.remove(conj)
+            self.outbox += [FilterChange("advert", o, space, c, key) for o, c in changes]
+
+
+class InterestPort(Port):
+    """Interest toward a neighbour, by the routing strategy (ROUTING §3)."""
+
+    plane = "interest"
+
+    def __init__(self, neighbour: str, net: Network) -> None:
+        super().__init__(neighbour)
+        self.net = net
+        self.spaces: dict[str, Strategy | Eligible] = {}
+        self.entries = 0  # the neighbour's table from this port, all spaces
+        self.peak = 0
+
+    def _space(self, space: str) -> Strategy | Eligible:
+        s = self.spaces.get(space)
+        if s is None:
+            net = self.net
+            s = strategy(net.routing, net.merge, net.merge_budget)
+            if net.advertisements:
+                s = Eligible(s)
+            self.spaces[space] = s
+        return s
+
+    def handle(self, items: list[tuple[Key, Any]]) -> None:
+        for key, item in items:
+            if isinstance(item, FilterChange) and item.type == "advert":
+                eligible = self._space(item.space)
+                assert isinstance(eligible, Eligible)
+                op = eligible.advertise if item.op == "add" else eligible.unadvertise
+                changes = op(item.filter)
+                space = item.space
+            else:
+                op_name, space, conj = _filter_change(item)
+                s = self._space(space)
+                changes = s.add(conj) if op_name == "add" else s.remove(conj)
+            self.outbox += [FilterChange("interest", o, space, c, key) for o, c in changes]
+        self.entries = sum(s.entries for s in self.spaces.values())
+        self.peak = max(self.peak, self.entries)
+
+
+class ProfilePort(Port):
+    """Profiles toward a neighbour (`forwarding.Forwarder` per space)."""
+
+    plane = "profile"
+
+    def __init__(self, neighbour: str, *, flooding: bool) -> None:
+        super().__init__(neighbour)
+        self.flooding = flooding
+        self.spaces: dict[str, Forwarder] = {}
+        self.catch_ups = 0
+
+    def _space(self, space: str) -> Forwarder:
+        f = self.spaces.get(space)
+        if f is None:
+            f = self.spaces[space] = Forwarder(flooding=self.flooding)
+        return f
+
+    def handle(self, items: list[tuple[Key, Any]]) -> None:
+        run: list[tuple[Key, Publish | Retract]] = []
+        for key, item in items:
+            if isinstance(item, FilterChange):
+                self._flush(run)
+                run = []
+                caught = self._space(item.space).interest(item.op, item.filter, key)
+                self.catch_ups += len(caught)
+                self.outbox += [ProfileForward(pub, at) for pub, at in caught]
+            else:
+                record = item.record if isinstance(item, ProfileForward) else item[1]
+                if run and run[-1][1].space != record.space:
+                    self._flush(run)
+                    run = []
+                run.append((key, record))
+        self._flush(run)
+
+    def _flush(self, run: list[tuple[Key, Publish | Retract]]) -> None:
+        if run:
+            sent = self._space(run[0][1].space).profiles(run)
+            self.outbox += [ProfileForward(rec, key) for rec, key in sent]
+
+
+def _filter_change(item: Any) -> tuple[str, str, Any]:
+    if isinstance(item, FilterChange):
+        return item.op, item.space, item.filter
+    _, op, space, conj = item
+    return op, space, conj
+
+
+class Site:
+    """A site's stages, wired to its own input and to each neighbour's planes."""
+
+    def __init__(self, name: str, net: Network) -> None:
+        self.name = name
+        self.net = net
+        self.neighbours = net.neighbours(name)
+        self.local = LocalSource(name, advertisements=net.advertisements)
+        self.matcher = Matcher()
+        flooding = net.routing == "flooding"
+        self.ports: dict[str, list[Port]] = {}
+        # where each input goes: ("local", item kind) or (neighbour, plane) -> inboxes
+        self.routes: dict[tuple[str, str], list[Inbox]] = {}
+        self._route(("local", "sub"), self.matcher.inbox())
+        self._route(("local", "pub"), self.matcher.inboxes[0])
+        for n in self.neighbours:
+            self._route((n, "profile"), self.matcher.inbox())
+        for n in self.neighbours:
+            ports: list[Port] = []
+            data = ProfilePort(n, flooding=flooding)
+            self._route(("local", "pub"), data.inbox())
+            if not flooding:
+                self._route((n, "interest"), data.inbox())
+                interest = InterestPort(n, net)
+                self._route(("local", "interest"), interest.inbox())
+                if net.advertisements:
+                    self._route((n, "advert"), interest.inbox())
+                    adverts = AdvertPort(n)
+                    self._route(("local", "advert"), adverts.inbox())
+                    ports.append(adverts)
+                ports.append(interest)
+            ports.append(data)
+            for other in self.neighbours:
+                if other != n:
+                    for port in ports:
+                        self._route((other, port.plane), port.inbox())
+            self.ports[n] = ports
+        self.stages: list[Stage] = [self.matcher] + [p for ps in self.ports.values() for p in ps]
+
+    def _route(self, source: tuple[str, str], inbox: Inbox) -> None:
+        boxes = self.routes.setdefault(source, [])
+        if inbox not in boxes:
+            boxes.append(inbox)
+
+    # -- input ------------------------------------------------------------------
+
+    def read(self, records: list[tuple[Key, Any, Any]], watermark: float) -> None:
+        """The site's own records that arrived (in key order, with a handle for the
+        dead letters each), and the watermark of its input now."""
+        for key, record, handle in records:
+            self.local.feed(key, record, handle)
+        self.local.release(watermark)
+        for key, item in self.local.out:
+            for box in self.routes.get(("local", item[0]), ()):
+                box.items.append((key, item))
+        self.local.out.clear()
+        for source, boxes in self.routes.items():
+            if source[0] == "local":
+                for box in boxes:
+                    box.wm = watermark
+
+    def deliver(self, neighbour: str, plane: str, items: list[Message], watermark: float) -> None:
+        """Records of one plane from a neighbour, then that plane's watermark."""
+        for box in self.routes.get((neighbour, plane), ()):
+            for m in items:
+                box.items.append((m.key, m))
+            box.wm = max(box.wm, watermark)
+
+    # -- work -------------------------------------------------------------------
+
+    def run(self, now: float = 0.0) -> dict[tuple[str, str], tuple[list[Message], float]]:
+        """Every stage handles what it can (at processing time `now`); what goes out,
+        per (neighbour, plane): its records and the plane's watermark."""
+        self.matcher.now = now
+        out: dict[tuple[str, str], tuple[list[Message], float]] = {}
+        for stage in self.stages:
+            if stage.run() and isinstance(stage, Port):
+                out[stage.neighbour, stage.plane] = (stage.outbox, stage.done)
+                stage.outbox = []
+        return out
+
+    def table_entries(self) -> dict[str, tuple[int, int]]:
+        """Per neighbour: the entries of the table it keeps from this site's interest,
+        now and at most."""
+        out = {}
+        for n, ports in self.ports.items():
+            for p in ports:
+                if isinstance(p, InterestPort):
+                    out[n] = (p.entries, p.peak)
+        return out

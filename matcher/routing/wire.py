@@ -1,0 +1,157 @@
+"""What crosses a link (ROUTING §2), as plain JSON records a Kafka topic can carry.
+
+Four kinds, each a dict with a `type`:
+
+- `interest`: `op` add or remove, the `space` and one `filter` (a conjunction
+  in the JSON filter form of SEMANTICS §6);
+- `advert`: the same for an advertisement's filter;
+- `profile`: a forwarded publish or retract, the record itself as the
+  publisher's site holds it (`matcher.records.to_state`: id, ts, validity and
+  payload kept, so that its version, and every `match_id`, is the same at
+  every site);
+- `watermark`: `plane` (advert, interest or profile) and `ts`: every later
+  record of that plane on this link has a `ts` of at least this.
+
+Each of the first three carries `key`, its place in event time: `[ts, class,
+position, seq]` (`order.Key`), which the receiver merges its inputs by.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from matcher.constraints import Conjunction, Constraint, predicate_of
+from matcher.filter_json import parse_filter
+from matcher.records import OPEN, Publish, Retract, from_state, to_state
+from matcher.routing.order import Key
+
+
+def filter_json(conj: Conjunction) -> list[dict[str, Any]]:
+    """One conjunction as the atoms of the JSON filter form; `filter_of` reads it back
+    as the same conjunction."""
+    return [atom for attr, c in conj.constraints.items() for atom in _atoms(attr, c)]
+
+
+def _atoms(attr: str, c: Constraint) -> list[dict[str, Any]]:
+    if c.type is None:
+        return [{"attr": attr, "op": "exists"}]
+    if c.allowed is not None:
+        return [{"attr": attr, "op": "in", "value": sorted(c.allowed)}]
+    out = []
+    if c.lo is not None and c.hi is not None and not c.lo_open and not c.hi_open:
+        out.append({"attr": attr, "op": "between", "value": [c.lo, c.hi]})
+    else:
+        if c.lo is not None:
+            out.append({"attr": attr, "op": ">" if c.lo_open else ">=", "value": c.lo})
+        if c.hi is not None:
+            out.append({"attr": attr, "op": "<" if c.hi_open else "<=", "value": c.hi})
+    out += [{"attr": attr, "op": "!=", "value": v} for v in sorted(c.excluded)]
+    for op, patterns in (
+        ("prefix", c.prefixes),
+        ("suffix", c.suffixes),
+        ("contains", c.contains),
+        ("not_prefix", c.not_prefixes),
+        ("not_suffix", c.not_suffixes),
+        ("not_contains", c.not_contains),
+    ):
+        out += [{"attr": attr, "op": op, "value": p} for p in patterns]
+    if not out:  # a type and nothing else: any value of it
+        value = -1.7976931348623157e308 if c.type == "num" else ""
+        out.append({"attr": attr, "op": ">=", "value": value})
+    return out
+
+
+def filter_of(atoms: list[dict[str, Any]]) -> Conjunction:
+    """The conjunction of `filter_json` atoms (FilterError if they are not valid)."""
+    return _filter_of_text(json.dumps(atoms, separators=(",", ":")))
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _filter_of_text(text: str) -> Conjunction:
+    """`filter_of`, cached: a filter crosses many links, and its text is its identity."""
+    atoms = json.loads(text)
+    conjunctions = predicate_of(parse_filter([atoms]))
+    if len(conjunctions) != 1:
+        raise ValueError(f"not one satisfiable conjunction: {atoms!r}")
+    return conjunctions[0]
+
+
+@dataclass(frozen=True, slots=True)
+class FilterChange:
+    """An interest or advertisement change: add or remove one filter of a space."""
+
+    type: str  # "interest" | "advert"
+    op: str  # "add" | "remove"
+    space: str
+    filter: Conjunction
+    key: Key
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "type": self.type,
+            "op": self.op,
+            "space": self.space,
+            "filter": filter_json(self.filter),
+            "ts": self.key.ts,
+            "key": self.key.to_json(),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class ProfileForward:
+    """A publish or retract sent on to a neighbour, in event time at `key` (a
+    publish sent because interest grew is keyed just before that interest)."""
+
+    record: Publish | Retract
+    key: Key
+
+    @property
+    def space(self) -> str:
+        return self.record.space
+
+    def to_json(self) -> dict[str, Any]:
+        r = self.record
+        if isinstance(r, Publish):
+            body = json.loads(to_state(r))
+        else:
+            body = {"op": "retract", "id": r.id, "space": r.space, "ts": r.ts}
+        return {"type": "profile", "record": body, "key": self.key.to_json()}
+
+
+@dataclass(frozen=True, slots=True)
+class Watermark:
+    plane: str
+    ts: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {"type": "watermark", "plane": self.plane, "ts": _ts_json(self.ts)}
+
+
+Message = FilterChange | ProfileForward | Watermark
+
+
+def _ts_json(ts: float) -> int | None:
+    return None if ts == OPEN else int(ts)
+
+
+def encode(message: Message) -> bytes:
+    """A link record's bytes (compact JSON, UTF-8)."""
+    return json.dumps(message.to_json(), separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def decode(raw: bytes) -> Message:
+    """Back from `encode`."""
+    obj = json.loads(raw)
+    kind = obj["type"]
+    if kind == "watermark":
+        return Watermark(obj["plane"], OPEN if obj["ts"] is None else obj["ts"])
+    key = Key.from_json(obj["key"])
+    if kind == "profile":
+        body = obj["record"]
+        if body["op"] == "retract":
+            return ProfileForward(Retract(body["space"], body["id"], body["ts"]), key)
+        return ProfileForward(from_state(json.dumps(body)), key)
+    return FilterChange(kind, obj["op"], obj["space"], filter_of(obj["filter"]), key)
