@@ -433,6 +433,12 @@ def _negated(atom: Atom, col: int) -> list[list[Atom]]:
         lo, hi = atom.value
         return [[Atom(atom.attr, "<", lo)], [Atom(atom.attr, ">", hi)]]
     if atom.op == "in":
+        # (`x IN (...)` of mixed types is refused when its constraint is made;
+        # its negation must be too, or each `!=` would pass alone)
+        if len({_value_type(value) for value in atom.value}) > 1:
+            raise FilterError(
+                f"{atom.attr}: an IN list must not mix types, got {list(atom.value)!r}"
+            )
         return [[Atom(atom.attr, "!=", value) for value in atom.value]]
     return [[Atom(atom.attr, _OPPOSITE[atom.op], atom.value)]]
 
@@ -477,3 +483,10 @@ def _finite(number: int | float) -> bool:
 def _show(value: Any) -> str:
     text = json.dumps(value, default=repr)
     return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _value_type(value: Any) -> str:
+    """A literal's type as SEMANTICS §1 counts types (ints and floats are one)."""
+    if isinstance(value, bool):
+        return "boolean"
+    return "number" if isinstance(value, int | float) else "string"
