@@ -160,11 +160,16 @@ def main(
                     row.update(workload=kind, topology=topo, placement=how, single_s=single_s)
                     rows.append(row)
                     print(_progress(row), flush=True)
-    elapsed = time.perf_counter() - started
-    meta = _meta(plan, elapsed, command, commit)
-    targets = check_targets(rows)
-    for folder in [results or DEFAULT_RESULTS] + ([DOCS] if docs else []):
-        write(folder, rows, targets, meta)
+        # (what is done so far is written after each workload: a long run that stops
+        # keeps its finished workloads)
+        done = kind == plan.workloads[-1]
+        meta = _meta(plan, time.perf_counter() - started, command, commit)
+        if not done:
+            finished = plan.workloads[: plan.workloads.index(kind) + 1]
+            meta["partial"] = f"workloads done so far: {', '.join(finished)}"
+        targets = check_targets(rows)
+        for folder in [results or DEFAULT_RESULTS] + ([DOCS] if docs else []):
+            write(folder, rows, targets, meta)
     print(targets_text(targets))
     return 0
 
@@ -303,7 +308,8 @@ def markdown(rows: list[dict[str, Any]], targets: list[dict[str, Any]], meta: di
         f"`{meta['command']}` at {meta['commit']}: {meta['subscriptions']:,} subscriptions and "
         f"{meta['profiles']:,} profiles per workload, merge budget {meta['merge_budget']}, "
         f"delay seed {meta['seed']}; {meta['minutes']} minutes. Every run's match records "
-        "equal one matcher's (`tsm replay`), record for record.",
+        "equal one matcher's (`tsm replay`), record for record."
+        + (f" **Partial**: {meta['partial']}." if "partial" in meta else ""),
         "",
         "Counts per ROUTING §6, summed over the links (both directions): interest messages; "
         "profiles forwarded (publishes, catch-ups included) in all and over the busiest link; "
