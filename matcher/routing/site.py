@@ -76,7 +76,10 @@ class Stage:
         return box
 
     def run(self) -> bool:
-        """Handle what every input has passed; whether the watermark moved."""
+        """Handle what every input has passed; whether the watermark moved. Costs
+        O(n log n) in the n items taken (merged by key) besides their handling;
+        invariant: items are handled in key order, each once, and only below the
+        smallest watermark of the inputs."""
         bound = min(box.wm for box in self.inboxes)
         if bound <= self.done:
             return False
