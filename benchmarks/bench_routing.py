@@ -365,16 +365,17 @@ def plot(folder: Path, rows: list[dict[str, Any]]) -> None:
                         for x in mine
                         if (x["workload"], x["placement"]) == case and x["strategy"] == name
                     )
-                    values.append(max(r[key], 0.5))
+                    values.append(r[key] if r[key] > 0 else float("nan"))  # (none: no bar)
                 xs = [i + j * width for i in range(len(cases))]
                 ax.bar(xs, values, width, label=name)
             ax.set_yscale("log")
             ax.set_title(title)
             ax.set_xticks([i + 0.4 - width / 2 for i in range(len(cases))])
             ax.set_xticklabels([f"{w}\n{p}" for w, p in cases], fontsize=7)
-        axes[0].legend(fontsize=7)
-        fig.suptitle(f"routing strategies, {topo}")
-        fig.tight_layout()
+        handles, labels = axes[0].get_legend_handles_labels()
+        fig.legend(handles, labels, loc="upper right", ncol=len(strategies), fontsize=8)
+        fig.suptitle(f"routing strategies, {topo}", x=0.12, ha="left")
+        fig.tight_layout(rect=(0, 0, 1, 0.93))
         fig.savefig(folder / f"routing_{topo}.png", dpi=90)
         plt.close(fig)
 
