@@ -47,6 +47,7 @@ def test_a_filter_crosses_a_link_as_itself(conj):
     back = wire.filter_of(json.loads(json.dumps(wire.filter_json(conj))))
     assert back.covers_filter(conj) and conj.covers_filter(back)
     message = wire.FilterChange("interest", "add", "A", conj, Key(5, 1, (3,), 0))
+    assert json.loads(wire.encode(message)) == message.to_json()
     again = wire.decode(wire.encode(message))
     assert again.key == message.key and again.space == "A" and again.op == "add"
     assert again.filter.covers_filter(conj) and conj.covers_filter(again.filter)
@@ -59,7 +60,9 @@ def test_a_forwarded_profile_keeps_its_version(attrs, ts, life):
     if life is not None:
         raw["valid_to"] = ts + life
     pub = decode("profile", json.dumps(raw))
-    back = wire.decode(wire.encode(wire.ProfileForward(pub, Key(ts, 2, (1,), -1))))
+    forward = wire.ProfileForward(pub, Key(ts, 2, (1,), -1))
+    assert json.loads(wire.encode(forward)) == forward.to_json()
+    back = wire.decode(wire.encode(forward))
     assert isinstance(back.record, Publish) and back.key == Key(ts, 2, (1,), -1)
     assert version_of(to_state(back.record)) == version_of(to_state(pub))
     retract = wire.decode(wire.encode(wire.ProfileForward(Retract("A", "p", ts), Key(ts, 2, (2,)))))

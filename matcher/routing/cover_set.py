@@ -25,6 +25,7 @@ import numpy as np
 
 from matcher.boxes import Dims
 from matcher.constraints import Conjunction
+from matcher.profiles import Profile
 
 
 class _Group:
@@ -74,6 +75,8 @@ class _Group:
 
 
 _FREE = (-np.inf, np.inf)
+_MISSING = (np.inf, -np.inf)  # a profile without the attribute: meets no constrained column
+_CHUNK = 64  # profiles tested against a group at once
 
 
 class Boxes:
@@ -159,6 +162,42 @@ class CoverSet:
             if (gmask & ~mask) if outer else (mask & ~gmask):
                 continue
             out += self._exact(group, group.rows(outer, bounds), conj, inexact, outer=outer)
+        return out
+
+    def overlapping(self, profiles: list[Profile]) -> np.ndarray:
+        """Per profile, whether some member overlaps it. O(members × profiles) in
+        numpy (in chunks), and `Conjunction.overlaps` for the candidates whose box
+        does not say everything: adding a member costs O(1), which a set that
+        changes as often as it is asked (a link's interest) needs more than a
+        forest's pruning."""
+        out = np.zeros(len(profiles), dtype=bool)
+        if not self.counts or not profiles:
+            return out
+        dims = self.boxes.dims
+        boxes = [dims.profile_box(p) for p in profiles]
+        for group in self._groups.values():
+            n = len(group.members)
+            if not n or not group.row_of:
+                continue
+            todo = np.flatnonzero(~out)
+            for start in range(0, len(todo), _CHUNK):
+                qs = todo[start : start + _CHUNK]
+                ends = [[boxes[q].get(col, _MISSING) for col in group.columns] for q in qs]
+                lo = np.array([[e[0] for e in row] for row in ends]).reshape(len(qs), -1)
+                hi = np.array([[e[1] for e in row] for row in ends]).reshape(len(qs), -1)
+                meet = (group.lo[None, :, :n] <= hi[:, :, None]) & (
+                    group.hi[None, :, :n] >= lo[:, :, None]
+                )
+                qi, rows = np.nonzero(meet.all(axis=1))
+                for q, row in zip(qi.tolist(), rows.tolist(), strict=True):
+                    query = int(qs[q])
+                    if out[query]:
+                        continue
+                    member = group.members[row]
+                    if member is None:
+                        continue
+                    if not self._boxes[member][1] or member.overlaps(profiles[query]):
+                        out[query] = True
         return out
 
     def widest_first(self, members: list[Conjunction]) -> list[Conjunction]:

@@ -2,9 +2,13 @@
 
 A site keeps, for each neighbour and space:
 
-- the neighbour's interest: the filters it sent (a multiset: `simple` sends a
-  filter once per subscription), in a `DoubleForest` as subscriptions, so that
-  a run of profiles is matched against all of them in one vector query;
+- the neighbour's interest: the filters it sent (counted: `simple` sends a
+  filter once per subscription) in a `cover_set.CoverSet`, their boxes
+  grouped by the attributes they constrain, so that a run of profiles is
+  tested against all of them in a few vector operations. (A forest prunes
+  better, but inserting a filter in one cost more than all the matching: a
+  link's interest changes about as often as profiles cross it, and each
+  filter reaches every link toward its site.);
 - the profiles this site holds from every other side (its own publishers and
   its other neighbours), in another DoubleForest as profiles: when the
   neighbour's interest grows, those the new filter overlaps and that it does
@@ -39,13 +43,13 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections import Counter
 
 import numpy as np
 
 from matcher.constraints import Conjunction
 from matcher.double_forest import DoubleForest
 from matcher.records import Publish, Retract
+from matcher.routing.cover_set import CoverSet
 from matcher.routing.order import CATCH_UP, Key
 
 ALWAYS = (-math.inf, math.inf)
@@ -100,31 +104,24 @@ class Forwarder:
 
     def __init__(self, *, flooding: bool = False) -> None:
         self.flooding = flooding
-        self.table: Counter[Conjunction] = Counter()
-        self.forest = DoubleForest()  # the table's distinct filters, as subscriptions
-        self._filter_slot: dict[Conjunction, int] = {}
+        self.table = CoverSet()  # the neighbour's interest, counted
         self.held = _Profiles()  # this site's current versions, from the other sides
         self.theirs: dict[str, Publish] = {}  # the version the neighbour holds, by id
         self.stale = _Profiles()  # the neighbour's versions that `held` has replaced
 
     @property
     def entries(self) -> int:
-        return sum(self.table.values())
+        return self.table.total()
 
     # -- the neighbour's interest ---------------------------------------------
 
     def interest(self, op: str, conj: Conjunction, key: Key) -> list[Sent]:
         """Apply one interest change; what it makes this site send (catch-up)."""
         if op == "remove":
-            self.table[conj] -= 1
-            if not self.table[conj]:
-                del self.table[conj]
-                self.forest.remove_subscription(self._filter_slot.pop(conj))
+            self.table.discard(conj)
             return []
-        self.table[conj] += 1
-        if self.table[conj] > 1:
+        if not self.table.add(conj):
             return []
-        self._filter_slot[conj] = self.forest.add_subscription(conj, [conj], False, *ALWAYS)
         now = key.ts
         self._expire(now)
         at = key._replace(seq=CATCH_UP)
@@ -148,11 +145,9 @@ class Forwarder:
             return [(rec, key) for key, rec in run]
         pubs = [i for i, (_, rec) in enumerate(run) if isinstance(rec, Publish)]
         wanted: set[int] = set()
-        if pubs and self.table:
-            qi, _ = self.forest.match_profiles(
-                [run[i][1].profile for i in pubs], [ALWAYS] * len(pubs)
-            )
-            wanted = {pubs[q] for q in np.unique(qi).tolist()}
+        if pubs and len(self.table):
+            hits = self.table.overlapping([run[i][1].profile for i in pubs])
+            wanted = {pubs[q] for q in np.flatnonzero(hits).tolist()}
         out: list[Sent] = []
         for i, (key, rec) in enumerate(run):
             now = key.ts
@@ -181,10 +176,7 @@ class Forwarder:
         return out
 
     def _overlaps(self, pub: Publish) -> bool:
-        if not self.table:
-            return False
-        qi, _ = self.forest.match_profiles([pub.profile], [ALWAYS])
-        return len(qi) > 0
+        return bool(self.table.overlapping([pub.profile])[0])
 
     def _theirs(self, ident: str, now: float) -> Publish | None:
         theirs = self.theirs.get(ident)

@@ -44,6 +44,7 @@ Change = tuple[str, Conjunction]  # ("add" | "remove", filter)
 RESOLUTION = 1e-3  # of an attribute's extent: the width a single value weighs
 CANDIDATES = 3  # groups tried for a root, those whose merger grows least first
 SAMPLES = 128  # points a grown merger is sampled at to estimate its uncovered share
+FIRST = 32  # ... of which these are tested first
 _UNIT = np.random.default_rng(20_061_116).random((SAMPLES, 64))  # fixed: runs repeat
 
 
@@ -310,12 +311,16 @@ class Merger:
     def _uncovered(self, cls: _Class, lo: np.ndarray, hi: np.ndarray) -> float:
         """The share of a grown merger's volume that no root of its shape covers (where a
         profile would be sent for nothing), estimated on `SAMPLES` fixed points spread
-        over it, tested against the roots that meet it."""
+        over it, tested against the roots that meet it. The first `FIRST` points
+        decide alone when a quarter of them is uncovered (far over any budget)."""
         meet = ((cls.root_lo <= hi) & (cls.root_hi >= lo)).all(axis=1)
         rlo, rhi = cls.root_lo[meet], cls.root_hi[meet]
         points = lo + _UNIT[:, : len(lo)] * (hi - lo)  # (samples × ranges)
-        inside = (points[:, None, :] >= rlo[None]) & (points[:, None, :] <= rhi[None])
-        return 1.0 - float(inside.all(axis=2).any(axis=1).mean())
+        first = _covered(points[:FIRST], rlo, rhi)
+        if (~first).sum() >= FIRST // 4:
+            return 1.0 - float(first.mean())
+        rest = _covered(points[FIRST:], rlo, rhi)
+        return 1.0 - float((first.sum() + rest.sum()) / SAMPLES)
 
     def _clipped(self, shape: Shape, lo: np.ndarray, hi: np.ndarray):
         """Ranges within the extent seen on each attribute (open ends at its edge)."""
@@ -396,6 +401,12 @@ class Merger:
                 removes.append(("remove", merger))
         self._pending.clear()
         return adds + removes
+
+
+def _covered(points: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """Per point, whether one of the boxes (rows of `lo`/`hi`) holds it."""
+    inside = (points[:, None, :] >= lo[None]) & (points[:, None, :] <= hi[None])
+    return inside.all(axis=2).any(axis=1)
 
 
 def _meets_one(glo: np.ndarray, ghi: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:

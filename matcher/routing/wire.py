@@ -64,6 +64,12 @@ def _atoms(attr: str, c: Constraint) -> list[dict[str, Any]]:
     return out
 
 
+@functools.lru_cache(maxsize=1 << 16)
+def filter_text(conj: Conjunction) -> str:
+    """`filter_json` as compact JSON text, cached: a filter crosses many links."""
+    return json.dumps(filter_json(conj), separators=(",", ":"), ensure_ascii=False)
+
+
 def filter_of(atoms: list[dict[str, Any]]) -> Conjunction:
     """The conjunction of `filter_json` atoms (FilterError if they are not valid)."""
     return _filter_of_text(json.dumps(atoms, separators=(",", ":")))
@@ -137,9 +143,22 @@ def _ts_json(ts: float) -> int | None:
     return None if ts == OPEN else int(ts)
 
 
+def _dumps(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
 def encode(message: Message) -> bytes:
-    """A link record's bytes (compact JSON, UTF-8)."""
-    return json.dumps(message.to_json(), separators=(",", ":"), ensure_ascii=False).encode()
+    """A link record's bytes: `to_json` as compact JSON, UTF-8 (written from its
+    parts: a filter's text and a held record's state are made once)."""
+    if isinstance(message, FilterChange):
+        head = {"type": message.type, "op": message.op, "space": message.space}
+        text = _dumps(head)[:-1] + f',"filter":{filter_text(message.filter)}'
+        tail = f',"ts":{message.key.ts},"key":{_dumps(message.key.to_json())}}}'
+        return (text + tail).encode()
+    if isinstance(message, ProfileForward) and isinstance(message.record, Publish):
+        key = _dumps(message.key.to_json())
+        return f'{{"type":"profile","record":{to_state(message.record)},"key":{key}}}'.encode()
+    return _dumps(message.to_json()).encode()
 
 
 def decode(raw: bytes) -> Message:
@@ -154,4 +173,10 @@ def decode(raw: bytes) -> Message:
         if body["op"] == "retract":
             return ProfileForward(Retract(body["space"], body["id"], body["ts"]), key)
         return ProfileForward(from_state(json.dumps(body)), key)
-    return FilterChange(kind, obj["op"], obj["space"], filter_of(obj["filter"]), key)
+    # (the filter's own text, as `encode` wrote it, is the key of the parsed filters)
+    start, end = raw.find(b',"filter":'), raw.rfind(b',"ts":')
+    if 0 < start < end:
+        conj = _filter_of_text(raw[start + 10 : end].decode())
+    else:
+        conj = filter_of(obj["filter"])
+    return FilterChange(kind, obj["op"], obj["space"], conj, key)
