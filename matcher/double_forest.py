@@ -307,7 +307,9 @@ class DoubleForest:
             return conjs[query].overlaps(profile), conjs[query].covers(profile)
 
         covers, start, end = np.array([q[1:] for q in queries], dtype=float).reshape(-1, 3).T
-        forest.need_covers = bool(covers.any())
+        # Without `covers` queries the descent may accept a node's subtree by box
+        # containment alone: right only for queries whose box says everything.
+        forest.need_covers = bool(covers.any() or query_exact.any())
         conj_index, nodes, node_covers = forest.descend(
             query_lo, query_hi, query_exact, exact, queries_are_filters=True
         )

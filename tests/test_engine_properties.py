@@ -353,3 +353,16 @@ def test_an_update_where_the_end_of_a_holding_pair_moves():
         ("unmatch", "changed", "alice", "p1", None),
         ("update", "changed", "alice", "p2", T + 8),
     ]
+
+
+def test_a_new_subscription_tests_what_its_box_cannot_say():
+    """`x != 2`'s box holds every number: a held profile inside another held one
+    ({x: 2} inside {x: [1, 3]}) is still tested against it, not taken with it."""
+    batch = [
+        ("profile", {"op": "publish", "id": "wide", "space": "A", "attrs": {"x": [1, 3]}}, 1),
+        ("profile", {"op": "publish", "id": "two", "space": "A", "attrs": {"x": 2}}, 2),
+        ("subscription", {"op": "subscribe", "id": "s", "space": "A", "where": "x != 2"}, 3),
+    ]
+    batch = [(k, r | {"subscriber": "u", "ts": n, "valid_to": None}, n) for k, r, n in batch]
+    matches = split(run_engine(Engine(), [batch]))[0]
+    assert [(m["event"], m["profile_id"]) for m in matches] == [("match", "wide")]
