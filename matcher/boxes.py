@@ -7,8 +7,9 @@ missing column at [inf, -inf], so "the profile has the attribute" needs no
 separate mask: such a box meets no constrained bound but every unconstrained
 one. Strings are interned to integer codes (equality is a point), booleans are
 0 and 1. Whatever the box cannot say exactly (`!=`, multi-value `IN`, string
-patterns, `exists`) marks the filter `exact`: the box is then a necessary
-condition and the exact test runs on the few candidates the box lets through.
+patterns, `exists`, the residual tests of a `Conjunction`) marks the filter
+`exact`: the box is then a necessary condition and the exact test runs on the
+few candidates the box lets through.
 """
 
 from __future__ import annotations
@@ -61,7 +62,7 @@ class Dims:
         necessary condition: the exact test must run); None if the filter
         constrains a column these dims lack and may not `grow`. O(constraints)."""
         bounds: dict[int, tuple[float, float]] = {}
-        exact = False
+        exact = conj.residual  # IS NULL and computed tests: no box says them
         columns = self.columns
         for attr, constraint in conj.constraints.items():
             kind = constraint.type
@@ -77,11 +78,11 @@ class Dims:
                 lo = -MAX if constraint.lo is None else max(constraint.lo, -MAX)
                 hi = MAX if constraint.hi is None else min(constraint.hi, MAX)
                 bounds[col] = (lo, hi)
-                exact = exact or bool(constraint.excluded)
+                exact = exact or bool(constraint.excluded or constraint.none_of)
                 continue
             lo, hi, is_exact = self._bounds(constraint)
             bounds[col] = (max(lo, -MAX), min(hi, MAX))
-            exact = exact or not is_exact
+            exact = exact or not is_exact or bool(constraint.none_of)
         return bounds, exact
 
     def _bounds(self, constraint: Constraint) -> tuple[float, float, bool]:

