@@ -166,3 +166,204 @@ def test_inexact_boxes_are_tested(covers):
     got = {(forest.profiles.handles[s], int(q)) for q, s in zip(qi, slots, strict=True)}
     assert got == want
     assert (0, 0) not in want and (1, 3) not in want  # x != 2 at 2; NOT x <> 5 at 7
+
+
+# -- the conformance cases: ActiveMQ's SelectorTest and the spec's own examples --------
+
+# ActiveMQ's test message, as profile attributes (JMSType is an attribute like any other).
+MESSAGE = {
+    "JMSType": "selector-test",
+    "name": "James",
+    "location": "London",
+    "byteProp": 123,
+    "byteProp2": 33,
+    "shortProp": 123,
+    "intProp": 123,
+    "longProp": 123,
+    "floatProp": 123.0,
+    "doubleProp": 123.0,
+    "rank": 123,
+    "version": 2,
+    "quote": "'In God We Trust'",
+    "foo": "_foo",
+    "punctuation": "!#$&()*+,-./:;<=>?@[\\]^`{|}~",
+    "endingUnderScore": "XD7xlJIQn_",
+    "trueProp": True,
+    "falseProp": False,
+}
+MODEL = {
+    "modelClassId": "com.whatever.something.foo.bar",
+    "modelInstanceId": "170",
+    "modelRequestError": "abc",
+    "modelCorrelatedClientId": "whatever",
+}
+MODEL_SELECTOR = (
+    "modelClassId LIKE 'com.whatever.something.%' AND modelInstanceId = '170' "
+    "AND (modelRequestError IS NULL OR modelCorrelatedClientId = 'whatever')"
+)
+ACTIVEMQ = [
+    ("(trueProp OR falseProp) AND trueProp", True),
+    ("(trueProp OR falseProp) AND falseProp", False),
+    ("trueProp", True),
+    ("JMSType = 'selector-test'", True),
+    ("JMSType = 'crap'", False),
+    ("name = 'James'", True),
+    ("rank > 100", True),
+    ("rank >= 123", True),
+    ("rank >= 124", False),
+    ("byteProp = 123", True),
+    ("byteProp = 10", False),
+    ("byteProp2 = 33", True),
+    ("shortProp = 123", True),
+    ("intProp = 123", True),
+    ("longProp = 123", True),
+    ("floatProp = 123", True),
+    ("doubleProp = 123", True),
+    ("doubleProp = 10", False),
+    ("name = 'James' and rank < 200", True),
+    ("name = 'James' and rank > 200", False),
+    ("name = 'Foo' and rank < 200", False),
+    ("unknown = 'Foo' and anotherUnknown < 200", False),
+    ("name = 'James' or rank < 200", True),
+    ("name = 'Foo' or rank < 200", True),
+    ("name = 'Foo' or rank > 200", False),
+    ("unknown = 'Foo' or anotherUnknown < 200", False),
+    ("rank + 2 = 125", True),
+    ("(rank + 2) = 125", True),
+    ("125 = (rank + 2)", True),
+    ("rank + version = 125", True),
+    ("rank + 2 < 124", False),
+    ("rank - 2 = 121", True),
+    ("rank - version = 121", True),
+    ("rank - 2 > 122", False),
+    ("rank * 2 = 246", True),
+    ("rank * version = 246", True),
+    ("rank * 2 < 130", False),
+    ("rank / version = 61.5", True),
+    ("rank / 3 > 100.0", False),
+    ("rank / 3 > 100", False),
+    ("version / 2 = 1", True),
+    ("rank between 100 and 150", True),
+    ("rank between 10 and 120", False),
+    ("name in ('James', 'Bob', 'Gromit')", True),
+    ("name in ('Gromit', 'Bob', 'James')", True),
+    ("name in ('Gromit', 'Bob', 'Cheddar')", False),
+    ("name not in ('Gromit', 'Bob', 'Cheddar')", True),
+    ("dummy is null", True),
+    ("dummy is not null", False),
+    ("name is not null", True),
+    ("name is null", False),
+    ("SessionserverId=1870414179", False),
+    ("Command NOT IN ('MirrorLobbyRequest', 'MirrorLobbyReply')", False),
+    ("1.0 < 1.1", True),
+    ("-1.1 < 1.0", True),
+    ("1.0E1 < 1.1E1", True),
+    ("-1.1E1 < 1.0E1", True),
+    ("1. < 1.1", True),
+    ("-1.1 < 1.", True),
+    ("1.E1 < 1.1E1", True),
+    ("-1.1E1 < 1.E1", True),
+    (".1 < .5", True),
+    ("-.5 < .1", True),
+    (".1E1 < .5E1", True),
+    ("-.5E1 < .1E1", True),
+    ("4E10 < 5E10", True),
+    ("5E8 < 5E10", True),
+    ("-4E10 < 2E10", True),
+    ("-5E8 < 2E2", True),
+    ("4E+10 < 5E+10", True),
+    ("4E-10 < 5E-10", True),
+    ("quote = '''In God We Trust'''", True),
+    ("quote LIKE '''In G_d We Trust'''", True),
+    ("quote LIKE '''In Gd_ We Trust'''", False),
+    ("quote NOT LIKE '''In G_d We Trust'''", False),
+    ("quote NOT LIKE '''In Gd_ We Trust'''", True),
+    ("foo LIKE '%oo'", True),
+    ("foo LIKE '%ar'", False),
+    ("foo NOT LIKE '%oo'", False),
+    ("foo NOT LIKE '%ar'", True),
+    ("foo LIKE '!_%' ESCAPE '!'", True),
+    ("quote LIKE '!_%' ESCAPE '!'", False),
+    ("foo NOT LIKE '!_%' ESCAPE '!'", False),
+    ("quote NOT LIKE '!_%' ESCAPE '!'", True),
+    ("punctuation LIKE '!#$&()*+,-./:;<=>?@[\\]^`{|}~'", True),
+    ("foo LIKE '%_%' ESCAPE '%'", True),
+    ("endingUnderScore LIKE '_D7xlJIQn$_' ESCAPE '$'", True),
+    ("endingUnderScore LIKE '_D7xlJIQn__' ESCAPE '_'", True),
+    ("endingUnderScore LIKE '%D7xlJIQn%_' ESCAPE '%'", True),
+    ("endingUnderScore LIKE '%D7xlJIQn%'  ESCAPE '%'", True),
+    ("endingUnderScore LIKE '%D7xlJIQn%%'  ESCAPE '%'", False),
+    ("endingUnderScore LIKE '_D7xlJIQn\\_' ESCAPE '\\'", True),
+    ("endingUnderScore LIKE '%D7xlJIQn\\_' ESCAPE '\\'", True),
+]
+SPEC = [  # JMS 2.0 §3.8.1.1's examples
+    ("Country IN ('UK', 'US', 'France')", {"Country": "UK"}, True),
+    ("Country IN ('UK', 'US', 'France')", {"Country": "Peru"}, False),
+    ("Country NOT IN ('UK', 'US', 'France')", {"Country": "UK"}, False),
+    ("Country NOT IN ('UK', 'US', 'France')", {"Country": "Peru"}, True),
+    ("Country NOT IN ('UK', 'US', 'France')", {}, False),
+    ("age BETWEEN 15 AND 19", {"age": 15}, True),
+    ("age BETWEEN 15 AND 19", {"age": 20}, False),
+    ("age NOT BETWEEN 15 AND 19", {"age": 14}, True),
+    ("age NOT BETWEEN 15 AND 19", {"age": 19}, False),
+    ("phone LIKE '12%3'", {"phone": "123"}, True),
+    ("phone LIKE '12%3'", {"phone": "12993"}, True),
+    ("phone LIKE '12%3'", {"phone": "1234"}, False),
+    ("word LIKE 'l_se'", {"word": "lose"}, True),
+    ("word LIKE 'l_se'", {"word": "loose"}, False),
+    ("underscored LIKE '\\_%' ESCAPE '\\'", {"underscored": "_foo"}, True),
+    ("underscored LIKE '\\_%' ESCAPE '\\'", {"underscored": "bar"}, False),
+    ("phone NOT LIKE '12%3'", {"phone": "123"}, False),
+    ("phone NOT LIKE '12%3'", {"phone": "12993"}, False),
+    ("phone NOT LIKE '12%3'", {"phone": "1234"}, True),
+    (
+        "JMSType = 'car' AND color = 'blue' AND weight > 2500",
+        {"JMSType": "car", "color": "blue", "weight": 3000},
+        True,
+    ),
+    ("Age IS NULL AND Weight IS NOT NULL", {"Weight": 80}, True),
+    (
+        "Weight NOT BETWEEN (Age * 5) AND (Height / Age * 2.23)",
+        {"Weight": 80, "Age": 20, "Height": 180},
+        True,
+    ),
+]
+CASES = (
+    [(text, MESSAGE, expected) for text, expected in ACTIVEMQ]
+    + [
+        ("SessionserverId=1870414179", {"SessionserverId": 1870414179}, True),
+        ("SessionserverId=1870414179", {"SessionserverId": 1234}, False),
+        ("Command NOT IN ('MirrorLobbyRequest', 'MirrorLobbyReply')", {"Command": "Cheese"}, True),
+        (
+            "Command NOT IN ('MirrorLobbyRequest', 'MirrorLobbyReply')",
+            {"Command": "MirrorLobbyReply"},
+            False,
+        ),
+        (MODEL_SELECTOR, MODEL, True),
+        (MODEL_SELECTOR, MODEL | {"modelCorrelatedClientId": "shouldFailNow"}, False),
+        (MODEL_SELECTOR, {k: v for k, v in MODEL.items() if k != "modelRequestError"}, True),
+    ]
+    + SPEC
+)
+
+
+@pytest.mark.parametrize(("text", "attrs", "expected"), CASES)
+def test_conformance(text, attrs, expected):
+    filters = predicate_of(parse_where(text))
+    assert relations(filters, attrs) == (expected, expected)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "3+5",
+        "True AND 3+5",
+        "=TEST 'test'",
+        "prop1 = prop2 foo AND string = 'Test'",
+        "a = 1 AMD  b = 2",
+        "name + '!' = 'James!'",  # (ActiveMQ's string +: not JMS)
+    ],
+)
+def test_conformance_refusals(text):
+    with pytest.raises(FilterError, match="at column"):
+        parse_where(text)
