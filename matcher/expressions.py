@@ -124,24 +124,43 @@ def _direction(expr: Expr) -> int:
     return sign
 
 
-def _ieee(expr: Expr, x: float) -> float:
+def _steps(expr: Expr) -> list[tuple[str, float]]:
+    """A monotone expression as the operations applied to its attribute, in
+    order: ("neg", 0), ("+", c) for x + c, ("r-", c) for c - x, and so on."""
+    out = []
+    node = expr
+    while node[0] != "attr":
+        if node[0] == "neg":
+            out.append(("neg", 0.0))
+            node = node[1]
+            continue
+        op, a, b = node
+        if b[0] == "num":
+            out.append((op, float(b[1])))
+            node = a
+        else:
+            out.append(("r" + op, float(a[1])))
+            node = b
+    return out[::-1]
+
+
+def _run(steps: list[tuple[str, float]], x: float) -> float:
     """The expression at attribute value `x`, in doubles with their infinities
-    (a monotone expression divides only by non-zero constants, so no NaN)."""
-    kind = expr[0]
-    if kind == "attr":
-        return x
-    if kind == "num":
-        return float(expr[1])
-    if kind == "neg":
-        return -_ieee(expr[1], x)
-    a, b = _ieee(expr[1], x), _ieee(expr[2], x)
-    if kind == "+":
-        return a + b
-    if kind == "-":
-        return a - b
-    if kind == "*":
-        return a * b
-    return a / b
+    (a monotone expression divides only by non-zero constants: no NaN)."""
+    for op, c in steps:
+        if op == "+" or op == "r+":
+            x = x + c
+        elif op == "*" or op == "r*":
+            x = x * c
+        elif op == "-":
+            x = x - c
+        elif op == "r-":
+            x = c - x
+        elif op == "/":
+            x = x / c
+        else:
+            x = -x
+    return x
 
 
 def _order(x: float) -> int:
@@ -158,11 +177,33 @@ def _double(n: int) -> float:
 _LOWEST, _HIGHEST = _order(-MAX), _order(MAX)
 
 
-def _first(test: Callable[[float], bool], lo: int, hi: int) -> int | None:
+def _first(
+    test: Callable[[float], bool], lo: int, hi: int, guess: float | None = None
+) -> int | None:
     """The first n in [lo, hi] whose double passes `test`, which is false then
-    true along the doubles; None if none does. 64 steps at most."""
+    true along the doubles; None if none does. From a `guess`, the search first
+    gallops out to bracket the answer: a few steps where the guess is a few
+    doubles off (the usual rounding); 64 more at most where it is far off."""
     if lo > hi or not test(_double(hi)):
         return None
+    if guess is not None and math.isfinite(guess):
+        at, step = min(max(_order(guess), lo), hi), 1
+        if test(_double(at)):
+            hi = at
+            while at - step >= lo and step < _GALLOP:
+                if not test(_double(at - step)):
+                    lo = at - step + 1
+                    break
+                at -= step
+                hi, step = at, step * 2
+        else:
+            lo = at + 1
+            while at + step < hi and step < _GALLOP:
+                if test(_double(at + step)):
+                    hi = at + step
+                    break
+                at += step
+                lo, step = at + 1, step * 2
     while lo < hi:
         mid = (lo + hi) // 2
         if test(_double(mid)):
@@ -172,34 +213,67 @@ def _first(test: Callable[[float], bool], lo: int, hi: int) -> int | None:
     return lo
 
 
+_GALLOP = 1 << 12  # past this many doubles from the guess, bisect what is left
+
+
+def _inverse(expr: Expr, y: float) -> float | None:
+    """The attribute value that gives a monotone expression the value `y`, in
+    real arithmetic (a guess: rounding may put the answer a few doubles off)."""
+    node = expr
+    try:
+        while node[0] != "attr":
+            if node[0] == "neg":
+                y, node = -y, node[1]
+                continue
+            op, a, b = node
+            if b[0] == "num":
+                c = float(b[1])
+                y = {"+": y - c, "-": y + c, "*": y / c if op == "*" else 0.0, "/": y * c}[op]
+                node = a
+            else:
+                c = float(a[1])
+                y = {"+": y - c, "-": c - y, "*": y / c if op == "*" else 0.0}[op]
+                node = b
+    except (OverflowError, ZeroDivisionError):
+        return None
+    return y if math.isfinite(y) else None
+
+
 def solve(expr: Expr, op: str, bound: float) -> list[tuple[float, float]]:
     """The doubles x for which `expr op bound` is true when the monotone
     expression's attribute is x: at most two closed ranges, in order.
 
     Exact for every double (the rounding of each operation included), since a
-    monotone expression is monotone in doubles too. Cost: a few binary searches
-    of 64 steps over the doubles, each step one evaluation of `expr`.
+    monotone expression is monotone in doubles too. Cost: four searches over
+    the doubles from the real-arithmetic answer, each step one evaluation of
+    `expr`: a few steps each where rounding moves the answer a few doubles.
     """
+    steps = _steps(expr)
     if _direction(expr) > 0:
 
         def f(x: float) -> float:
-            return _ieee(expr, x)
+            return _run(steps, x)
 
     else:  # -f grows: compare it with -bound
 
         def f(x: float) -> float:
-            return -_ieee(expr, x)
+            return -_run(steps, x)
 
         op, bound = FLIPPED[op], -bound
-    lo = _first(lambda x: f(x) > -INF, _LOWEST, _HIGHEST)
+    sign = _direction(expr)
+
+    def guess(y: float) -> float | None:  # where f is about y
+        return _inverse(expr, sign * y)
+
+    lo = _first(lambda x: f(x) > -INF, _LOWEST, _HIGHEST, guess(-MAX))
     if lo is None:
         return []
-    top = _first(lambda x: f(x) == INF, lo, _HIGHEST)
+    top = _first(lambda x: f(x) == INF, lo, _HIGHEST, guess(MAX))
     hi = _HIGHEST if top is None else top - 1
     if lo > hi:
         return []
-    at_least = _first(lambda x: f(x) >= bound, lo, hi)  # the first that is >= bound
-    above = _first(lambda x: f(x) > bound, lo, hi)  # the first that is > bound
+    at_least = _first(lambda x: f(x) >= bound, lo, hi, guess(bound))  # the first >= bound
+    above = _first(lambda x: f(x) > bound, lo, hi, guess(bound))  # the first > bound
     ge = hi + 1 if at_least is None else at_least
     gt = hi + 1 if above is None else above
     spans = {
@@ -208,7 +282,7 @@ def solve(expr: Expr, op: str, bound: float) -> list[tuple[float, float]]:
         "<": [(lo, ge - 1)],
         "<=": [(lo, gt - 1)],
         "=": [(ge, gt - 1)],
-        "!=": [(lo, ge - 1), (gt, hi)],
+        "!=": [(lo, ge - 1), (gt, hi)] if ge < gt else [(lo, hi)],  # (nothing equals bound)
     }[op]
     return [(_double(a), _double(b)) for a, b in spans if a <= b]
 

@@ -490,7 +490,7 @@ def holds(node: tuple, relation: str, attrs: dict[str, Any]) -> bool:
             what, arg = classify(test)
             if what == "const":
                 value = not3(arg) if negated else arg
-                some = every = some and value is True
+                some, every = some and value is True, every and value is True
             elif what == "attr":
                 groups.setdefault(arg, []).append((negated, test))
             else:

@@ -12,13 +12,7 @@ from datetime import datetime
 
 import pytest
 
-from matcher.constraints import (
-    MAX_ATTRIBUTES,
-    MAX_CONJUNCTIONS,
-    MAX_WHERE_BYTES,
-    Atom,
-    predicate_of,
-)
+from matcher.constraints import MAX_ATTRIBUTES, MAX_CONJUNCTIONS, MAX_WHERE_BYTES, Atom
 from matcher.errors import FilterError
 from matcher.expressions import Computed
 from matcher.where import MAX_DEPTH, parse_where
@@ -192,9 +186,6 @@ PARSES = [
     ("NOT NOT a EXISTS", [[A("a", "exists")]]),
     ("NOT a EXISTS", [[A("a", "absent")]]),
     # booleans keep apart from 1 when deduplicating
-<<<<<<< HEAD
-    ("a != 1 AND a != TRUE AND a != 1.0", [[A("a", "!=", 1), A("a", "!=", True)]]),
-=======
     ("a NOT IN (1, TRUE, 1.0)", [[N("a", "in", (1, 1.0)), N("a", "in", (True,))]]),
     # arithmetic: on one attribute, solved into the exact range of doubles
     ("a + 1 > 3", [[A("a", "between", (2.0000000000000004, MAX))]]),
@@ -217,7 +208,6 @@ PARSES = [
     ("x * 0 = 0", [[C(("*", X, ("num", 0)), "=", ("num", 0))]]),
     ("x BETWEEN y AND 3", [[C(X, ">=", Y), A("x", "<=", 3)]]),
     ("x NOT BETWEEN y AND 3", [[C(X, "<", Y)], [A("x", ">", 3)]]),
->>>>>>> 0ce8742 (where: the full JMS message selector language (issue 38))
     # dedupe of atoms and conjunctions, absorption, order of appearance
     ("b = 2 AND a = 1 AND b = 2", [[A("b", "=", 2), A("a", "=", 1)]]),
     ("a = 1 OR a = 1", [[A("a", "=", 1)]]),
@@ -405,215 +395,19 @@ def test_long_flat_conjunction_is_fast():
     [conjunction] = parse_where(text)
     assert len(conjunction) == 4000
     assert time.perf_counter() - start < 2
-<<<<<<< HEAD
 
 
-# --- equivalence: random trees, printed as text, parsed, evaluated both ways ---------------
-
-NUMS = st.sampled_from([-2, -1, 0, 1, 2, 0.5, -1.5])
-STRS = st.sampled_from(["", "x", "y", "xy", "yx", "x'y", "x%", "_y"])
-COMPARE = ["=", "!=", "<>", "<", "<=", ">", ">="]
+def test_a_solved_inequality_that_nothing_equals_is_one_range():
+    [[atom]] = parse_where("x + 1e308 <> 5")  # no double x makes x + 1e308 exactly 5
+    assert atom.op == "between" and atom.value[0] == -MAX
 
 
-def _leaf():
-    return st.one_of(
-        st.tuples(st.just("cmp"), st.sampled_from(["a", "b"]), st.sampled_from(COMPARE), NUMS),
-        st.tuples(st.just("cmp"), st.just("s"), st.sampled_from(COMPARE), STRS),
-        st.tuples(st.just("cmp"), st.just("f"), st.sampled_from(["=", "!=", "<>"]), st.booleans()),
-        st.tuples(st.just("between"), st.sampled_from(["a", "b"]), NUMS, NUMS, st.booleans()),
-        st.tuples(st.just("between"), st.just("s"), STRS, STRS, st.booleans()),
-        st.tuples(
-            st.just("in"),
-            st.sampled_from(["a", "b"]),
-            st.lists(NUMS, min_size=1, max_size=3),
-            st.booleans(),
-        ),
-        st.tuples(
-            st.just("in"), st.just("s"), st.lists(STRS, min_size=1, max_size=3), st.booleans()
-        ),
-        st.tuples(
-            st.just("in"),
-            st.just("f"),
-            st.lists(st.booleans(), min_size=1, max_size=2),
-            st.booleans(),
-        ),
-        st.tuples(
-            st.just("like"),
-            st.just("s"),
-            st.sampled_from(["=", "prefix", "suffix", "contains"]),
-            STRS,
-            st.booleans(),
-        ),
-        st.tuples(st.just("exists"), st.sampled_from(["a", "s", "f"])),
-        st.tuples(st.just("const"), st.booleans()),
-    )
-
-
-TREES = st.recursive(
-    _leaf(),
-    lambda kids: st.one_of(
-        st.tuples(st.just("not"), kids),
-        st.tuples(st.sampled_from(["and", "or"]), st.lists(kids, min_size=2, max_size=3)),
-    ),
-    max_leaves=6,  # each leaf is at most 2 conjunctions: 2**6 stays within the limit
-)
-POINTS = st.fixed_dictionaries({"a": NUMS, "b": NUMS, "s": STRS, "f": st.booleans()})
-
-PYTHON_OPS = {
-    "=": operator.eq,
-    "!=": operator.ne,
-    "<>": operator.ne,
-    "<": operator.lt,
-    "<=": operator.le,
-    ">": operator.gt,
-    ">=": operator.ge,
-}
-STRING_TESTS = {
-    "=": operator.eq,
-    "prefix": str.startswith,
-    "suffix": str.endswith,
-    "contains": operator.contains,
-}
-
-
-def eval_tree(node, point) -> bool:
-    kind = node[0]
-    if kind == "cmp":
-        return PYTHON_OPS[node[2]](point[node[1]], node[3])
-    if kind == "between":
-        lo, hi = sorted(node[2:4])
-        return (lo <= point[node[1]] <= hi) != node[4]
-    if kind == "in":
-        return (point[node[1]] in node[2]) != node[3]
-    if kind == "like":
-        return STRING_TESTS[node[2]](point[node[1]], node[3]) != node[4]
-    if kind == "exists":
-        return True
-    if kind == "const":
-        return node[1]
-    if kind == "not":
-        return not eval_tree(node[1], point)
-    results = [eval_tree(child, point) for child in node[1]]
-    return all(results) if kind == "and" else any(results)
-
-
-def negated_exists(node, negated=False) -> bool:
-    if node[0] == "exists":
-        return negated
-    if node[0] == "not":
-        return negated_exists(node[1], not negated)
-    if node[0] in ("and", "or"):
-        return any(negated_exists(child, negated) for child in node[1])
-    return False
-
-
-def same_kind(x, y) -> bool:
-    def kind(v):
-        return bool if isinstance(v, bool) else str if isinstance(v, str) else float
-
-    return kind(x) is kind(y)
-
-
-def atom_holds(atom: Atom, point) -> bool:
-    """A tiny reference evaluator of one atom on a point (SEMANTICS §1: no coercion)."""
-    if atom.attr not in point:
-        return False
-    value, op, arg = point[atom.attr], atom.op, atom.value
-    if op == "exists":
-        return True
-    if op == "in":
-        return any(same_kind(value, item) and value == item for item in arg)
-    if op == "between":
-        return same_kind(value, arg[0]) and arg[0] <= value <= arg[1]
-    if op.startswith("not_"):
-        return isinstance(value, str) and not STRING_TESTS[op[4:]](value, arg)
-    if op in STRING_TESTS and op != "=":
-        return isinstance(value, str) and STRING_TESTS[op](value, arg)
-    return same_kind(value, arg) and PYTHON_OPS[op](value, arg)
-
-
-def dnf_holds(dnf, point) -> bool:
-    return any(all(atom_holds(atom, point) for atom in conj) for conj in dnf)
-
-
-def sql_string(value: str) -> str:
-    return "'" + value.replace("'", "''") + "'"
-
-
-def sql_value(value) -> str:
-    if isinstance(value, bool):
-        return "TRUE" if value else "FALSE"
-    return sql_string(value) if isinstance(value, str) else repr(value)
-
-
-def like_pattern(form: str, literal: str) -> str:
-    escaped = literal.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-    return {"=": "{}", "prefix": "{}%", "suffix": "%{}", "contains": "%{}%"}[form].format(escaped)
-
-
-PRECEDENCE = {"or": 1, "and": 2, "not": 3}
-
-
-def render(node, rnd: random.Random, context: int = 0) -> str:
-    """Print a tree as `where` text, with minimal parentheses plus some random ones."""
-
-    def kw(word: str) -> str:
-        return rnd.choice([word, word.lower(), word.capitalize()])
-
-    def name(attr: str) -> str:
-        return rnd.choice([attr, f'"{attr}"'])
-
-    def negatable(attr: str, keyword: str, rest: str, negated: bool) -> tuple[str, int]:
-        if not negated:
-            return f"{name(attr)} {kw(keyword)} {rest}", 4
-        if rnd.random() < 0.5:
-            return f"{name(attr)} {kw('NOT')} {kw(keyword)} {rest}", 4
-        return f"{kw('NOT')} {name(attr)} {kw(keyword)} {rest}", 3
-
-    kind = node[0]
-    if kind == "cmp":
-        _, attr, op, value = node
-        if rnd.random() < 0.3:
-            flipped = {"<": ">", "<=": ">=", ">": "<", ">=": "<="}.get(op, op)
-            text, precedence = f"{sql_value(value)} {flipped} {name(attr)}", 4
-        else:
-            text, precedence = f"{name(attr)} {op} {sql_value(value)}", 4
-    elif kind == "between":
-        lo, hi = sorted(node[2:4])
-        rest = f"{sql_value(lo)} {kw('AND')} {sql_value(hi)}"
-        text, precedence = negatable(node[1], "BETWEEN", rest, node[4])
-    elif kind == "in":
-        rest = "(" + ", ".join(sql_value(v) for v in node[2]) + ")"
-        text, precedence = negatable(node[1], "IN", rest, node[3])
-    elif kind == "like":
-        pattern = sql_string(like_pattern(node[2], node[3]))
-        text, precedence = negatable(node[1], "LIKE", pattern, node[4])
-    elif kind == "exists":
-        text, precedence = f"{name(node[1])} {kw('EXISTS')}", 4
-    elif kind == "const":
-        text, precedence = kw("TRUE" if node[1] else "FALSE"), 4
-    elif kind == "not":
-        text, precedence = f"{kw('NOT')} {render(node[1], rnd, 3)}", 3
-    else:
-        precedence = PRECEDENCE[kind]
-        joiner = f" {kw(kind.upper())} "
-        text = joiner.join(render(child, rnd, precedence) for child in node[1])
-    if precedence < context or rnd.random() < 0.1:
-        return f"({text})"
-    return text
-
-
-@settings(max_examples=300, deadline=None)
-@given(TREES, st.randoms(use_true_random=False), st.lists(POINTS, min_size=1, max_size=8))
-def test_dnf_is_equivalent_to_the_tree(tree, rnd, points):
-    text = render(tree, rnd)
-    if negated_exists(tree):
-        with pytest.raises(FilterError, match="NOT EXISTS is not supported"):
-            parse_where(text)
-        return
-    dnf = parse_where(text)
-    for point in points:
-        assert dnf_holds(dnf, point) == eval_tree(tree, point), (text, dnf, point)
+def test_solved_comparisons_of_a_long_selector_are_fast():
+    """Each is solved from its real-arithmetic answer: a few steps, not 4 x 64."""
+    text = " AND ".join(f"a{i % 200} * 3 + 1 > {i}" for i in range(2000))
+    start = time.perf_counter()
+    assert len(parse_where(text)[0]) == 2000
+    assert time.perf_counter() - start < 2
 
 
 @pytest.mark.parametrize("text", ["x IN (1, 'a')", "NOT x IN (1, 'a')", "NOT x IN (TRUE, 1)"])
@@ -622,5 +416,3 @@ def test_an_in_list_of_mixed_types_is_refused_with_or_without_not(text):
     no coercion), refused with the list's position."""
     with pytest.raises(FilterError, match=r"must not mix types"):
         predicate_of(parse_where(text))
-=======
->>>>>>> 0ce8742 (where: the full JMS message selector language (issue 38))
