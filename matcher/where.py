@@ -62,9 +62,11 @@ class _Token(NamedTuple):
     col: int  # 1-based
 
 
-# The tree of `matcher.normal_form`, plus ("value", expr, next token): an
-# operand with nothing after it, which is a condition only if it is a boolean
-# attribute or literal (decided by the caller: it may close an arithmetic group).
+# The tree of `matcher.normal_form`, plus ("value", expr, first token, next
+# token): an operand with nothing after it, which is a condition only if it is
+# a boolean attribute or literal (the caller decides: it may be an arithmetic
+# group in parentheses). While parsing, an operand is an expression of
+# `matcher.expressions`, or ("cond", node, column) for a condition in parentheses.
 _Node = tuple[Any, ...]
 
 
@@ -193,7 +195,7 @@ class _Parser:
         if token.kind == "op":
             self.take()
             right = self.value(self.parse_sum(f"a value after '{token.text}'"))
-            return self.comparison(_comparison(token.text), left, right, start)
+            return self.comparison(_operator(token.text), left, right, start)
         negate = self.at("kw", "NOT")
         if negate:
             self.take()
@@ -481,7 +483,7 @@ def _show_literal(expr: Expr) -> str:
     return "'" + expr[1].replace("'", "''") + "'" if expr[0] == "str" else repr(expr[1])
 
 
-def _comparison(op: str) -> str:
+def _operator(op: str) -> str:
     return "!=" if op == "<>" else op
 
 

@@ -10,6 +10,7 @@ present attributes. Then the selector cases of the JMS conformance suites
 
 from __future__ import annotations
 
+import json
 import math
 import os
 
@@ -19,9 +20,12 @@ from hypothesis import strategies as st
 
 from matcher.constraints import predicate_of
 from matcher.double_forest import DoubleForest
+from matcher.engine import SpaceMatcher
 from matcher.errors import FilterError
 from matcher.profiles import Profile
+from matcher.records import Source, decode
 from matcher.where import parse_where
+from streaming.state_cache import dump_snapshot, load_snapshot
 from tests import oracle
 from tests import selector_oracle as jms
 
@@ -367,3 +371,27 @@ def test_conformance(text, attrs, expected):
 def test_conformance_refusals(text):
     with pytest.raises(FilterError, match="at column"):
         parse_where(text)
+
+
+def test_a_snapshot_keeps_every_selector_form():
+    """The job's state codec (streaming.state_cache) carries LIKE patterns,
+    NOT-ed sets, IS NULL and computed tests, and the copy matches the same."""
+    wheres = [*INEXACT, "x * 2 + 1 > 4", "s LIKE 'a\\%_' OR z IS NULL"]
+    subs = [
+        {"op": "subscribe", "id": f"s{i}", "space": "A", "subscriber": "u", "where": w, "ts": 1}
+        for i, w in enumerate(wheres)
+    ]
+    profiles = [
+        {"op": "publish", "id": f"p{i}", "space": "A", "attrs": a, "ts": 2, "valid_to": None}
+        for i, a in enumerate(PROFILES + [{"s": "a%b", "x": 3}])
+    ]
+
+    def records(kind, rows):
+        return [decode(kind, json.dumps(r), Source("t", 0, i)) for i, r in enumerate(rows)]
+
+    matcher = SpaceMatcher("A")
+    matcher.apply_batch(records("subscription", subs))
+    copy = load_snapshot(dump_snapshot(matcher))
+    got = copy.apply_batch(records("profile", profiles))
+    assert got == matcher.apply_batch(records("profile", profiles))
+    assert len(got) > len(wheres)
