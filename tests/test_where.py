@@ -11,8 +11,10 @@ import time
 from datetime import datetime
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from matcher.constraints import MAX_ATTRIBUTES, MAX_CONJUNCTIONS, MAX_WHERE_BYTES, Atom
+from matcher.constraints import MAX_ATTRIBUTES, MAX_CONJUNCTIONS, MAX_WHERE_BYTES, Atom, predicate_of
 from matcher.errors import FilterError
 from matcher.expressions import Computed
 from matcher.where import MAX_DEPTH, parse_where
@@ -408,6 +410,23 @@ def test_solved_comparisons_of_a_long_selector_are_fast():
     start = time.perf_counter()
     assert len(parse_where(text)[0]) == 2000
     assert time.perf_counter() - start < 2
+
+
+PIECES = [
+    "x", "y", '"n"', "1", "0x1F", "2.5E3", "7.", "1e999", "'a%_'", "''", "TRUE", "NULL", "IS",
+    "NOT", "AND", "OR", "BETWEEN", "IN", "LIKE", "ESCAPE", "EXISTS", "TIMESTAMP", "(", ")",
+    ",", "=", "<>", "<", ">=", "+", "-", "*", "/", "'!'", "0", "017", "1.5F",
+]  # fmt: skip
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(st.sampled_from(PIECES), max_size=14))
+def test_any_text_parses_or_says_why(pieces):
+    """Token soup: a selector or a FilterError, never another exception."""
+    try:
+        parse_where(" ".join(pieces))
+    except FilterError as error:
+        assert "column" in str(error) or "limit" in str(error)
 
 
 @pytest.mark.parametrize("text", ["x IN (1, 'a')", "NOT x IN (1, 'a')", "NOT x IN (TRUE, 1)"])
