@@ -395,3 +395,26 @@ def test_a_snapshot_keeps_every_selector_form():
     got = copy.apply_batch(records("profile", profiles))
     assert got == matcher.apply_batch(records("profile", profiles))
     assert len(got) > len(wheres)
+
+
+@PROPS
+@given(
+    jms.selectors(3),
+    jms.selectors(3),
+    st.randoms(use_true_random=False),
+    st.lists(jms.profiles(intervals=True), min_size=4, max_size=12),
+)
+def test_covering_and_intersection_between_filters_are_sound(tree1, tree2, rnd, profiles):
+    """Where one filter covers another (the subscription forest's order), every
+    profile the other overlaps (covers), it overlaps (covers) too; two filters
+    that both cover a profile intersect (the advertisement relation)."""
+    f1, f2 = predicate(jms.render(tree1, rnd)), predicate(jms.render(tree2, rnd))
+    points = [Profile(a) for a in profiles]
+    for c1 in f1:
+        for c2 in f2 + [c1]:
+            if c1.covers_filter(c2):
+                for p in points:
+                    assert c1.overlaps(p) or not c2.overlaps(p), (c1, c2, p)
+                    assert c1.covers(p) or not c2.covers(p), (c1, c2, p)
+            if any(c1.covers(p) and c2.covers(p) for p in points):  # (a point has both)
+                assert c1.intersects(c2) and c2.intersects(c1), (c1, c2)
