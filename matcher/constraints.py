@@ -609,13 +609,6 @@ class Conjunction:
         self._key = key
         self._hash = hash(key)
 
-    def __setstate__(self, state: tuple) -> None:
-        slots = dict(state[1] if isinstance(state, tuple) else state)
-        slots.setdefault("absent", frozenset())  # (a snapshot from before residual tests)
-        slots.setdefault("computed", ())
-        for name, value in slots.items():
-            object.__setattr__(self, name, value)
-
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Conjunction) and self._key == other._key
 

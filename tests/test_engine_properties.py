@@ -74,8 +74,13 @@ def record(draw, base: int, spaces: tuple[str, ...], n: int) -> tuple[str, dict]
     rec |= draw(times(ts))
     if op == "publish":
         return kind, rec | {"attrs": draw(oracle.profile_attrs()), "payload": {"n": n}}
-<<<<<<< HEAD
-    return kind, rec | draw(oracle.subscription_fields(draw(oracle.predicates())))
+    fields = draw(oracle.subscription_fields(draw(oracle.predicates())))
+    if draw(st.booleans()):  # a JMS selector of any form, from a tree the oracle evaluates
+        fields.pop("filter", None)
+        fields["where"] = selector_oracle.render(
+            draw(selector_oracle.selectors(3)), draw(st.randoms())
+        )
+    return kind, rec | fields
 
 
 @st.composite
@@ -94,17 +99,6 @@ def sent_again(draw, rec: dict) -> dict:
     elif change == "subscriber":
         again["subscriber"] = {"alice": "bob", "bob": "alice"}[rec["subscriber"]]
     return again
-=======
-    if draw(st.booleans()):  # a JMS selector of any form, from a tree the oracle evaluates
-        rec["where"] = selector_oracle.render(
-            draw(selector_oracle.selectors(3)), draw(st.randoms())
-        )
-    else:
-        rec["filter"] = oracle.filter_json(draw(oracle.predicates()))
-    rec["subscriber"] = draw(st.sampled_from(("alice", "bob")))
-    relation = draw(st.sampled_from((None, "overlaps", "covers")))
-    return kind, rec | ({"relation": relation} if relation else {})
->>>>>>> 0ce8742 (where: the full JMS message selector language (issue 38))
 
 
 @st.composite

@@ -25,7 +25,7 @@ from matcher.errors import FilterError
 from matcher.profiles import Profile
 from matcher.records import Source, decode
 from matcher.where import parse_where
-from streaming.state_cache import dump_snapshot, load_snapshot
+from streaming.state.codec import dump_snapshot, load_snapshot
 from tests import oracle
 from tests import selector_oracle as jms
 
@@ -374,7 +374,7 @@ def test_conformance_refusals(text):
 
 
 def test_a_snapshot_keeps_every_selector_form():
-    """The job's state codec (streaming.state_cache) carries LIKE patterns,
+    """The job's state codec (streaming.state.codec) carries LIKE patterns,
     NOT-ed sets, IS NULL and computed tests, and the copy matches the same."""
     wheres = [*INEXACT, "x * 2 + 1 > 4", "s LIKE 'a\\%_' OR z IS NULL"]
     subs = [

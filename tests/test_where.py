@@ -14,9 +14,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from matcher.constraints import MAX_ATTRIBUTES, MAX_CONJUNCTIONS, MAX_WHERE_BYTES, Atom, predicate_of
+from matcher.constraints import (
+    MAX_ATTRIBUTES,
+    MAX_CONJUNCTIONS,
+    MAX_WHERE_BYTES,
+    Atom,
+    predicate_of,
+)
 from matcher.errors import FilterError
 from matcher.expressions import Computed
+from matcher.profiles import Profile
 from matcher.where import MAX_DEPTH, parse_where
 
 
@@ -429,9 +436,12 @@ def test_any_text_parses_or_says_why(pieces):
         assert "column" in str(error) or "limit" in str(error)
 
 
-@pytest.mark.parametrize("text", ["x IN (1, 'a')", "NOT x IN (1, 'a')", "NOT x IN (TRUE, 1)"])
-def test_an_in_list_of_mixed_types_is_refused_with_or_without_not(text):
-    """`NOT x IN (...)` follows the rule of `x IN (...)`: one type a list (SEMANTICS §1:
-    no coercion), refused with the list's position."""
-    with pytest.raises(FilterError, match=r"must not mix types"):
-        predicate_of(parse_where(text))
+@pytest.mark.parametrize(
+    ("value", "inside"), [(1, True), ("a", True), (2, False), ("b", False), (True, False)]
+)
+def test_an_in_list_of_mixed_types_is_its_equalities_with_or_without_not(value, inside):
+    """`x IN (1, 'a')` is `x = 1 OR x = 'a'` (SELECTORS.md; SEMANTICS §1: no coercion, so
+    each equality holds only on its own type), and `NOT x IN (...)` its negation."""
+    profile = Profile({"x": value})
+    for text, expected in (("x IN (1, 'a')", inside), ("NOT x IN (1, 'a')", not inside)):
+        assert any(c.overlaps(profile) for c in predicate_of(parse_where(text))) == expected

@@ -30,6 +30,7 @@ per-batch entries is read by `per_change_entry`.
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -84,23 +85,36 @@ def upgrading(cls: type, steps: tuple[Upgrade, ...]) -> type:
     state pickle hands it (`steps`, in order), makes the instance a `cls` again
     and sets the upgraded attributes. (A subclass adding no slots, so that
     `__class__` can be set back; `cls` must restore its state the default way,
-    with no `__setstate__` of its own.)"""
+    with no `__setstate__` of its own, or be a slotted dataclass, whose state is
+    its fields' values in order.)"""
     made = _UPGRADING.get((cls, steps))
     if made is not None:
         return made
-    if hasattr(cls, "__setstate__"):
+    fields = [f.name for f in dataclasses.fields(cls)] if dataclasses.is_dataclass(cls) else None
+    if fields is None and hasattr(cls, "__setstate__"):
         raise TypeError(f"{cls.__qualname__} restores its own state: upgrade it there")
 
     def __setstate__(self: Any, state: Any) -> None:  # noqa: N807 (pickle's name)
-        slots = isinstance(state, tuple)
-        attributes = {**(state[0] or {}), **(state[1] or {})} if slots else dict(state)
+        if fields is not None:
+            attributes = dict(zip(fields, state, strict=False))
+        elif isinstance(state, tuple):  # (a class with __slots__: (dict, slots))
+            attributes = {**(state[0] or {}), **(state[1] or {})}
+        else:
+            attributes = dict(state)
         for step in steps:
             attributes = step(attributes)
-        self.__class__ = cls
+        object.__setattr__(self, "__class__", cls)
         for attribute, value in attributes.items():
             object.__setattr__(self, attribute, value)
 
-    made = type(cls.__name__, (cls,), {"__slots__": (), "__setstate__": __setstate__})
+    def __new__(stand_in: type, *args: Any) -> Any:  # noqa: N807 (Python's name)
+        # (a dataclass pickled as a constructor call is made as `cls` itself)
+        return cls(*args) if args else object.__new__(stand_in)
+
+    methods = {"__slots__": (), "__setstate__": __setstate__}
+    if fields is not None:
+        methods["__new__"] = __new__
+    made = type(cls.__name__, (cls,), methods)
     _UPGRADING[cls, steps] = made
     return made
 
@@ -168,6 +182,25 @@ def _renaming(renames: dict[str, str | None]) -> Upgrade:
 _WRITTEN_AS = {now: written for written, now in PICKLED_RENAMES.items()}
 for _class, _renames in PICKLED_ATTRIBUTE_RENAMES.items():
     upgrade(*_WRITTEN_AS.get(_class, _class), before=2)(_renaming(_renames))
+
+
+# -- format 3: residual tests ---------------------------------------------------------
+
+
+@upgrade("matcher.constraints", "Conjunction", before=3)
+def _without_residual_tests(state: Attributes) -> Attributes:
+    """A filter of a snapshot from before IS NULL and computed tests has neither."""
+    state.setdefault("absent", frozenset())
+    state.setdefault("computed", ())
+    return state
+
+
+@upgrade("matcher.constraints", "Constraint", before=3)
+def _without_like_patterns(state: Attributes) -> Attributes:
+    """A constraint of a snapshot from before general LIKE and JMS's NOT has none."""
+    for field in ("likes", "not_likes", "none_of"):
+        state.setdefault(field, ())
+    return state
 
 
 # -- every format ----------------------------------------------------------------
