@@ -10,6 +10,7 @@ match yields, vectorized.
 
 from __future__ import annotations
 
+import time
 from functools import partial
 from typing import Any
 
@@ -18,11 +19,16 @@ import numpy as np
 from matcher.boxes import FILTER_FILL, PROFILE_FILL, Dims
 from matcher.constraints import Conjunction
 from matcher.forest import Forest
-from matcher.forest.arrays import Ids, Mask
+from matcher.forest.arrays import Bounds, Ids, Mask
 from matcher.forest.list_store import ELEMENT, SLICE_RUN, grown, run_positions
+from matcher.preload import grid as preload_grid
+from matcher.preload import preloader, settings
+from matcher.preload.path_costs import PathCosts
+from matcher.preload.subscription_cells import SubscriptionCells
 from matcher.profiles import Profile
 
 ALWAYS = (-np.inf, np.inf)
+SAMPLE = 4096  # subscription nodes and held profiles sampled to choose a grid
 _EMPTY = np.zeros(0, dtype=ELEMENT)
 _NO_PAIRS = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))  # (never written to)
 
@@ -120,10 +126,13 @@ class DoubleForest:
         while len(self.sub_entries) <= slot:
             self.sub_entries.append([])
         entries = []
+        cells = self._cells()
         for conj in conjunctions:
             entry = self._new_entry(slot, covers, valid_from, valid_to)
-            self.sub_forest.add(conj, partial(self.dims.filter_box, conj), entry, slot)
+            node = self.sub_forest.add(conj, partial(self.dims.filter_box, conj), entry, slot)
             entries.append(entry)
+            if cells is not None:
+                self._log_change(cells, entry, node, added=True)
         self.sub_entries[slot] = entries
         self.multi_disjunct += len(entries) > 1
         self.covers_entries += len(entries) if covers else 0
@@ -151,7 +160,10 @@ class DoubleForest:
         entries = self.sub_entries[slot]
         if entries and self.entry_covers[entries[0]]:
             self.covers_entries -= len(entries)
+        cells = self._cells()
         for entry in self.sub_entries[slot]:
+            if cells is not None:
+                self._log_change(cells, entry, self.sub_forest.node_of(entry), added=False)
             self.sub_forest.discard(entry)
             self.entry_free.append(entry)
             self.entry_from[entry], self.entry_to[entry] = ALWAYS  # lets every query past
@@ -198,14 +210,41 @@ class DoubleForest:
 
     def match_profiles(self, profiles: list[Profile], intervals: list[Interval]) -> tuple[Ids, Ids]:
         """Profiles (held or not) against the subscriptions: (query index, sub
-        slot), sorted by query index. One descent of the subscription forest,
-        then O(entry pairs) to test their intervals."""
+        slot), sorted by query index. Profiles inside a preloaded cell are
+        answered from it (`matcher.preload`), the others by one descent of the
+        subscription forest; then O(entry pairs) to test their intervals."""
         if not profiles or not len(self.sub_forest):
             return _NO_PAIRS
+        span = np.asarray(intervals, dtype=float).reshape(-1, 2).T
+        query_lo, query_hi = self._profile_matrix(profiles)
+        routed = self._from_cells(profiles, query_lo, query_hi)
+        if routed is None:
+            queries, subs = self._forest_pairs(profiles, query_lo, query_hi, span, None)
+        else:
+            rest, answered, counts, cell_entries = routed
+            queries, subs = self._cell_pairs(span, np.repeat(answered, counts), cell_entries)
+            if len(rest):
+                started = time.thread_time()
+                more, more_subs = self._forest_pairs(profiles, query_lo, query_hi, span, rest)
+                self._costs().note("forest", time.thread_time() - started, len(rest))
+                queries, subs = np.concatenate([queries, more]), np.concatenate([subs, more_subs])
+            order = _grouping(queries)
+            queries, subs = queries[order], subs[order]
+        return _unique_pairs(queries, subs, needed=self.multi_disjunct > 0)
+
+    def _forest_pairs(
+        self,
+        profiles: list[Profile],
+        query_lo: Bounds,
+        query_hi: Bounds,
+        span: Span,
+        which: Ids | None,
+    ) -> tuple[Ids, Ids]:
+        """(query index, sub slot) pairs of the profiles `which` (all if None) from
+        a descent of the subscription forest, grouped by query, repeats kept."""
         forest = self.sub_forest
         forest.need_covers = self.covers_entries > 0
-        queries, nodes, covers = self._descend_profiles(profiles)
-        span = np.asarray(intervals, dtype=float).reshape(-1, 2).T
+        queries, nodes, covers = self._descend_profiles(profiles, query_lo, query_hi, which)
         n = self.n_entries
         if not self.covers_entries and _all_within(span, self.entry_from[:n], self.entry_to[:n]):
             # Every node match holds for all its entries: their subscription
@@ -217,12 +256,22 @@ class DoubleForest:
             queries, entries, covers = _expand_entries(
                 forest, queries, nodes, covers, with_covers=self.covers_entries > 0
             )
+            if which is not None:
+                queries = np.take(which, queries)
             keep = _within(span, queries, entries, self.entry_from, self.entry_to)
             if self.covers_entries:
                 keep &= ~np.take(self.entry_covers, entries) | covers
-            subs = np.take(self.entry_slot, entries[keep])
-            queries = queries[keep]
-        return _unique_pairs(queries, subs, needed=self.multi_disjunct > 0)
+            return queries[keep], np.take(self.entry_slot, entries[keep])
+        return (queries if which is None else np.take(which, queries)), subs
+
+    def _cell_pairs(self, span: Span, queries: Ids, entries: Ids) -> tuple[Ids, Ids]:
+        """(query index, sub slot) of the (query, entry) pairs the cells found
+        (their relations already tested): their intervals tested."""
+        n = self.n_entries
+        if not _all_within(span, self.entry_from[:n], self.entry_to[:n]):
+            keep = _within(span, queries, entries, self.entry_from, self.entry_to)
+            queries, entries = queries[keep], entries[keep]
+        return queries.astype(ELEMENT), np.take(self.entry_slot, entries)
 
     def match_profiles_grouped(
         self,
@@ -232,7 +281,8 @@ class DoubleForest:
     ) -> list[np.ndarray]:
         """`match_profiles` as one array per query: its subscription slots,
         or what the caller keeps per slot in `slot_map` (its keys, say).
-        One descent, then O(distinct nodes' entries + answers).
+        Profiles inside a preloaded cell are answered from it, the others by
+        one descent, then O(distinct nodes' entries + answers).
 
         Where nodes hold many entries, without a (query, entry) pair array: a
         popular node is matched by many queries of a batch, so each distinct
@@ -248,31 +298,73 @@ class DoubleForest:
         if not (simple and _all_within(span, self.entry_from[:held], self.entry_to[:held])):
             queries, subs = self.match_profiles(profiles, intervals)
             return _split(n, queries, subs, slot_map)
+        query_lo, query_hi = self._profile_matrix(profiles)
+        routed = self._from_cells(profiles, query_lo, query_hi)
+        if routed is None:
+            return self._grouped_forest(profiles, query_lo, query_hi, None, slot_map)
+        rest, answered, counts, cell_entries = routed
+        found = np.take(self.entry_slot, cell_entries)
+        if slot_map is not None:
+            found = np.take(slot_map, found.astype(np.intp, copy=False))
+        out: list[np.ndarray] = [found[:0]] * n
+        cut = np.r_[0, np.cumsum(counts)].tolist()
+        for query, a, b in zip(answered.tolist(), cut, cut[1:], strict=False):
+            out[query] = found[a:b]
+        if len(rest):
+            started = time.thread_time()
+            found = self._grouped_forest(profiles, query_lo, query_hi, rest, slot_map)
+            self._costs().note("forest", time.thread_time() - started, len(rest))
+            for query, answer in zip(rest.tolist(), found, strict=True):
+                out[query] = answer
+        return out
+
+    def _grouped_forest(
+        self,
+        profiles: list[Profile],
+        query_lo: Bounds,
+        query_hi: Bounds,
+        which: Ids | None,
+        slot_map: np.ndarray | None,
+    ) -> list[np.ndarray]:
+        """The grouped answers of the profiles `which` (all if None), in that order,
+        from one descent (no covers entries, no multi-disjunct subscriptions,
+        every interval meeting every query's)."""
+        n = len(profiles) if which is None else len(which)
         forest = self.sub_forest
         forest.need_covers = False
-        queries, nodes, _ = self._descend_profiles(profiles)
+        queries, nodes, _ = self._descend_profiles(profiles, query_lo, query_hi, which)
         order = _grouping(queries)
         queries, nodes = queries[order], nodes[order]
         if int(np.take(forest.entries.count, nodes).sum()) < SLICE_RUN * len(nodes):
             # Few entries per node: one vectorized gather beats a run per pair.
             counts, subs = forest.entries.gather_counts(nodes, values=True)
             return _split(n, np.repeat(queries, counts), subs, slot_map)
-        distinct, which = np.unique(nodes, return_inverse=True)
+        distinct, which_node = np.unique(nodes, return_inverse=True)
         counts, slots = forest.entries.gather_counts(distinct, values=True)
         if slot_map is not None:
             slots = np.take(slot_map, slots.astype(np.intp))
         # Every pair's run copied out in one gather whose offsets come from a
         # repeat, not a slice per pair concatenated.
-        run = np.take(counts, which)
-        found = np.take(slots, run_positions(np.take(np.cumsum(counts) - counts, which), run))
+        run = np.take(counts, which_node)
+        starts = np.take(np.cumsum(counts) - counts, which_node)
+        found = np.take(slots, run_positions(starts, run))
         cut = np.r_[0, np.cumsum(run)][np.searchsorted(queries, np.arange(n + 1))].tolist()
         return [found[a:b] for a, b in zip(cut, cut[1:], strict=False)]
 
-    def _descend_profiles(self, profiles: list[Profile]) -> tuple[Ids, Ids, Mask]:
-        """Every (profile index, subscription node) pair that overlaps, and covers."""
+    def _profile_matrix(self, profiles: list[Profile]) -> tuple[Bounds, Bounds]:
+        """The profiles' boxes over the subscription columns, (columns × profiles)."""
         boxes = [self.dims.profile_box(p, grow=False) for p in profiles]
-        query_lo, query_hi = self.dims.matrix(boxes, PROFILE_FILL)
+        return self.dims.matrix(boxes, PROFILE_FILL)
+
+    def _descend_profiles(
+        self, profiles: list[Profile], query_lo: Bounds, query_hi: Bounds, which: Ids | None
+    ) -> tuple[Ids, Ids, Mask]:
+        """Every (query, subscription node) pair that overlaps, and covers, of the
+        profiles `which` (all if None; the query indices are positions in it)."""
         forest = self.sub_forest
+        if which is not None:
+            query_lo, query_hi = query_lo[:, which], query_hi[:, which]
+            profiles = [profiles[i] for i in which.tolist()]
 
         def exact(query: int, node: int) -> tuple[bool, bool]:
             conj = forest.keys[node]
@@ -280,6 +372,172 @@ class DoubleForest:
 
         no_exact = np.zeros(len(profiles), dtype=bool)  # (a profile's box says it all)
         return forest.descend(query_lo, query_hi, no_exact, exact, queries_are_filters=False)
+
+    # -- preloaded cells (matcher.preload) ----------------------------------
+
+    def _cells(self) -> SubscriptionCells | None:
+        """This space's filled cells, if it has a grid. O(1)."""
+        pre = preloader.peek(self)
+        return None if pre is None else pre.cells
+
+    def _costs(self) -> PathCosts:
+        return preloader.of(self).costs
+
+    def _log_change(self, cells: SubscriptionCells, entry: int, node: int, *, added: bool) -> None:
+        columns, forest = cells.grid.columns, self.sub_forest
+        cells.log(entry, added=added, lo=forest.lo[columns, node], hi=forest.hi[columns, node])
+
+    def _live_entries(self) -> int:
+        return self.n_entries - len(self.entry_free)
+
+    def _grid_cells(
+        self, query_lo: Bounds | None, query_hi: Bounds | None
+    ) -> SubscriptionCells | None:
+        """The space's cells, the grid chosen first where it is due (from a
+        sample of the live subscriptions and of the held and asked profiles)."""
+        config = settings.current()
+        if not config.enabled:
+            return None
+        pre = preloader.of(self)
+        live = self._live_entries()
+        forest = self.sub_forest
+        forest.sync_columns()
+        if pre.due(live, config.min_entries):
+            profile_lo, profile_hi = self._profile_sample(query_lo, query_hi)
+            nodes = np.flatnonzero(forest.entries.count[: len(forest.keys)] > 0)
+            if len(nodes) > SAMPLE:
+                nodes = np.random.default_rng(0).choice(nodes, SAMPLE, replace=False)
+            grid = preload_grid.choose(
+                self.dims,
+                forest.lo[:, nodes],
+                forest.hi[:, nodes],
+                forest.entries.count[nodes].astype(float),
+                profile_lo,
+                profile_hi,
+                config.attributes,
+            )
+            pre.use(grid, live)
+        return pre.cells
+
+    def _profile_sample(
+        self, query_lo: Bounds | None, query_hi: Bounds | None
+    ) -> tuple[Bounds, Bounds]:
+        """Boxes of up to SAMPLE held profiles of each kind (waiting, indexed) and
+        of the queries asked, over the subscription columns, (columns × boxes)."""
+        rng = np.random.default_rng(0)
+        parts = []
+        waiting = list(self._unindexed.values())
+        if len(waiting) > SAMPLE:
+            waiting = [waiting[i] for i in rng.choice(len(waiting), SAMPLE, replace=False)]
+        if waiting:
+            parts.append(self._profile_matrix(waiting))
+        indexed = self._indexed_profile_boxes()
+        if indexed is not None:
+            lo, hi, _ = indexed
+            if lo.shape[1] > SAMPLE:
+                pick = rng.choice(lo.shape[1], SAMPLE, replace=False)
+                lo, hi = lo[:, pick], hi[:, pick]
+            parts.append((lo, hi))
+        if query_lo is not None:
+            parts.append((query_lo, query_hi))
+        if not parts:
+            empty = np.zeros((len(self.dims), 0))
+            return empty, empty
+        return np.concatenate([p[0] for p in parts], axis=1), np.concatenate(
+            [p[1] for p in parts], axis=1
+        )
+
+    def _indexed_profile_boxes(self) -> tuple[Bounds, Bounds, np.ndarray] | None:
+        """The boxes of the profile forest's nodes over the subscription columns
+        (missing ones [inf, -inf]) and the profiles each holds; None if none."""
+        forest = self._profile_forest
+        nodes = np.flatnonzero(forest.entries.count[: len(forest.keys)] > 0)
+        if not len(nodes):
+            return None
+        lo = np.full((len(self.dims), len(nodes)), PROFILE_FILL[0])
+        hi = np.full((len(self.dims), len(nodes)), PROFILE_FILL[1])
+        for key, column in self.profile_dims.columns.items():
+            mine = self.dims.columns.get(key)
+            if mine is not None and column < forest.lo.shape[0]:
+                lo[mine], hi[mine] = forest.lo[column, nodes], forest.hi[column, nodes]
+        return lo, hi, forest.entries.count[nodes]
+
+    def _from_cells(
+        self, profiles: list[Profile], query_lo: Bounds, query_hi: Bounds
+    ) -> tuple[Ids, Ids, Ids, Ids] | None:
+        """Answer the profiles that lie inside filled cells from them: (the other
+        profiles' indices, those answered, how many entries each holds with, and
+        those entries, query by query); None where
+        the space has no grid or the forest is measured cheaper. Counts each
+        profile's visit of its cell and fills the cells that are hot by now."""
+        cells = self._grid_cells(query_lo, query_hi)
+        if cells is None:
+            return None
+        pre = preloader.of(self)
+        keys, fits = cells.grid.keys(query_lo, query_hi)
+        n = len(profiles)
+        if fits.any():
+            cells.visit(keys[fits])
+        config = settings.current()
+        if not fits.any() or (config.measured and not pre.costs.cells_turn()):
+            pre.count(n, 0)
+            return None
+        forest, covers = self.sub_forest, self.entry_covers
+        cells.trim_log()
+        slots = np.full(n, -1, dtype=np.int64)
+        slots[fits] = cells.slots_of(keys[fits])
+        cold = np.unique(keys[fits & (slots < 0)])
+        if len(cold):
+            cells.fill_hot(cold, config.fill_after, config.budget_bytes, forest, covers)
+            slots[fits] = cells.slots_of(keys[fits])
+        inside = cells.inside(query_lo, query_hi, slots)
+        if not inside.any():
+            pre.count(n, 0)
+            return None
+        started = time.thread_time()
+        which = np.flatnonzero(inside)
+        cells.catch_up(np.unique(slots[which]), forest, covers)
+
+        def exact(query: int, node: int) -> tuple[bool, bool]:
+            conj = forest.keys[node]
+            return conj.overlaps(profiles[query]), conj.covers(profiles[query])
+
+        counts, entries = cells.match(
+            query_lo, query_hi, which, slots[which], forest, covers, exact
+        )
+        pre.costs.note("cells", time.thread_time() - started, len(which))
+        pre.count(n, len(which))
+        return np.flatnonzero(~inside), which, counts, entries
+
+    def settle(self) -> None:
+        """Do now the work that the next queries would otherwise start with:
+        both forests' index work (`Forest.settle`, the waiting profiles
+        inserted), and the cells of the regions the held profiles lie in,
+        counted as visits and filled the hottest first within the budget
+        (`matcher.preload`): what a space rebuilds after a restart, or a
+        bulk load ends with."""
+        self.sub_forest.settle()
+        self.profile_forest.settle()
+        cells = self._grid_cells(None, None)
+        held = self._indexed_profile_boxes()
+        if cells is None or held is None:
+            return
+        lo, hi, count = held
+        keys, fits = cells.grid.keys(lo, hi)
+        if not fits.any():
+            return
+        cells.visit(keys[fits], count[fits].astype(float))
+        distinct = np.unique(keys[fits])
+        cold = distinct[cells.slots_of(distinct) < 0]
+        config = settings.current()
+        cells.fill_hot(
+            cold, config.fill_after, config.budget_bytes, self.sub_forest, self.entry_covers
+        )
+
+    def preload_counts(self) -> dict[str, int]:
+        """Profiles asked and answered from cells since last asked (then zeroed),
+        and the cells held now and their bytes (`matcher.preload`). O(1)."""
+        return preloader.of(self).take_counts()
 
     def match_subscriptions(self, queries: list[SubscriptionQuery]) -> tuple[Ids, Ids]:
         """Subscriptions (held or not: conjunctions, covers?, from, to) against
@@ -327,9 +585,14 @@ class DoubleForest:
         return _unique_pairs(query_index, slots, needed=several)
 
     def check_invariants(self) -> None:
-        """Both forests' (`Forest.check_invariants`). For tests."""
+        """Both forests' (`Forest.check_invariants`), and the preloaded cells'
+        (`SubscriptionCells.check`). For tests."""
         self.sub_forest.check_invariants()
         self.profile_forest.check_invariants()
+        cells = self._cells()
+        if cells is not None:
+            self.sub_forest.sync_columns()
+            cells.check(self.sub_forest, self.entry_covers)
 
 
 def _expand_entries(

@@ -146,6 +146,17 @@ def split(lines: list[bytes]) -> tuple[list[dict], list[int]]:
     return matches, late
 
 
+def oracle_output(batches, lateness: int) -> tuple[list[dict], list[int]]:
+    """The oracle engine's events and late lines for the same batches."""
+    ref = oracle.OracleEngine(lateness)
+    expected, expected_late = [], []
+    for batch in batches:
+        events, refused = ref.process_batch([(k, r, (0, line)) for k, r, line in batch])
+        expected += events
+        expected_late += [line for _, line in refused]
+    return expected, expected_late
+
+
 SHARDS = Sharding({"A": ShardSpec("x", (1.0, 3.0)), "B": ShardSpec.grid("y", 2.0, 3)})
 
 
@@ -156,14 +167,7 @@ def test_engine_equals_oracle(workload, lateness):
     _, batches = workload
     out = run_engine(Engine(lateness_ms=lateness), batches)
     matches, late = split(out)
-
-    ref = oracle.OracleEngine(lateness)
-    expected, expected_late = [], []
-    for batch in batches:
-        events, refused = ref.process_batch([(k, r, (0, line)) for k, r, line in batch])
-        expected += events
-        expected_late += [line for _, line in refused]
-
+    expected, expected_late = oracle_output(batches, lateness)
     assert late == expected_late
     assert oracle.by_pair(matches) == oracle.by_pair(expected)
     assert all(re.fullmatch("[A-Za-z0-9_-]{32}", m["match_id"]) for m in matches)
@@ -180,15 +184,18 @@ def test_engine_equals_oracle(workload, lateness):
     assert sorted(sharded) == sorted(out)
 
 
-@PROPS
-@given(
+# (workload, probe profiles, probe subscriptions, window, where to dump and load)
+SPACE_MATCHER_CASES = (
     workloads(spaces=("A",)),
     st.lists(oracle.profile_attrs(), min_size=1, max_size=3),
     st.lists(st.tuples(oracle.predicates(), st.booleans()), min_size=1, max_size=3),
     st.lists(st.integers(-10, 100), min_size=2, max_size=2).map(sorted),
     st.integers(0, 18),
-    st.booleans(),
 )
+
+
+@PROPS
+@given(*SPACE_MATCHER_CASES, st.booleans())
 def test_space_matcher_queries_invariants_and_snapshots(
     workload, probe_profiles, probe_subs, window, cut, tiny
 ):

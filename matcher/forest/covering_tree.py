@@ -143,7 +143,7 @@ class Forest:
         step of a bulk load, so that a load's cost is not paid by its first
         batch of queries, nor hidden from a benchmark's insert rate.
         O(columns × n log n) for the lists it sorts."""
-        self._sync_columns()
+        self.sync_columns()
         self._flush()
         for node in np.flatnonzero(self.children.count >= tuning.WIDE).tolist():
             self.bounds_of_children(node)
@@ -171,7 +171,9 @@ class Forest:
             wide = self.wide_lists[node] = WideList(self.lo[:, children], self.hi[:, children])
         return children, wide.lo[:, : wide.count], wide.hi[:, : wide.count]
 
-    def _sync_columns(self) -> None:
+    def sync_columns(self) -> None:
+        """Give the bound arrays a row for every column of the dims (a new
+        attribute adds one, unconstrained in every node). O(1) if none is new."""
         columns = len(self.dims)
         if self.lo.shape[0] < columns:
             self._resize(columns, self.lo.shape[1])
@@ -186,7 +188,7 @@ class Forest:
             setattr(self, name, new)
 
     def _new_node(self, key: Hashable, bounds: dict[int, tuple[float, float]], exact: bool) -> int:
-        self._sync_columns()
+        self.sync_columns()
         if self.free:
             node = self.free.pop()
             self.keys[node] = key
@@ -393,7 +395,7 @@ class Forest:
         profiles, so does a subtree of boxes that need no exact test whose core
         the query meets. Cost: see `Descent.pairs`, after the pending `_flush`.
         """
-        self._sync_columns()
+        self.sync_columns()
         self._flush()
         descent = Descent(self, query_lo, query_hi, queries_are_filters=queries_are_filters)
         return descent.pairs(ROOT, query_exact, exact_test)

@@ -1,0 +1,100 @@
+"""A space's preloading: its grid and cells, when to choose them again, which
+path each batch takes, and what it counts.
+
+The cells are a cache of the forest: `of(owner)` keeps them beside the
+owning `DoubleForest` (a weak side table), not in it, so that they are never
+part of its pickled state. A snapshot stays the size of the forests, and a
+loaded one starts without cells and rebuilds them as profiles visit.
+"""
+
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass, field
+from typing import Any
+
+from matcher.preload.grid import Grid
+from matcher.preload.path_costs import PathCosts
+from matcher.preload.subscription_cells import SubscriptionCells
+
+RECHOOSE = 2.0  # the grid is chosen again once the live entries grow or shrink this much
+
+_PRELOADERS: weakref.WeakKeyDictionary[Any, Preloader] = weakref.WeakKeyDictionary()
+
+
+@dataclass
+class Counts:
+    """Profiles asked, and answered from cells, since the counts were last taken."""
+
+    profiles: int = 0
+    from_cells: int = 0
+
+
+@dataclass
+class Preloader:
+    """One space's cells (None: no grid yet, or none worth it) and their costs.
+
+    `chosen_at` is the number of live entries when the grid was last chosen
+    (or found not worth it), which `due` compares with."""
+
+    cells: SubscriptionCells | None = None
+    chosen_at: int = 0
+    costs: PathCosts = field(default_factory=PathCosts)
+    counts: Counts = field(default_factory=Counts)
+    total: Counts = field(default_factory=Counts)
+
+    def due(self, live: int, min_entries: int) -> bool:
+        """Whether the grid should be chosen (again) at `live` entries. O(1)."""
+        if live < min_entries:
+            if self.cells is not None:
+                self.cells = None  # (a small space: the forest answers)
+            return False
+        if not self.chosen_at:
+            return True
+        return live >= RECHOOSE * self.chosen_at or live * RECHOOSE <= self.chosen_at
+
+    def use(self, grid: Grid | None, live: int) -> None:
+        """Take a newly chosen grid (or none), dropping the old cells."""
+        self.chosen_at = live
+        same = grid is not None and self.cells is not None and _same_grid(grid, self.cells.grid)
+        if not same:
+            self.cells = SubscriptionCells(grid) if grid is not None else None
+
+    def count(self, profiles: int, from_cells: int) -> None:
+        for counts in (self.counts, self.total):
+            counts.profiles += profiles
+            counts.from_cells += from_cells
+
+    def take_counts(self) -> dict[str, int]:
+        """The counts since last taken (then zeroed), and the cells' size now."""
+        counts, self.counts = self.counts, Counts()
+        cells = self.cells
+        return {
+            "profiles": counts.profiles,
+            "profiles_from_cells": counts.from_cells,
+            "cells": len(cells) if cells is not None else 0,
+            "cells_bytes": cells.nbytes if cells is not None else 0,
+        }
+
+
+def of(owner: Any) -> Preloader:
+    """The preloader of `owner` (made on first use). O(1)."""
+    preloader = _PRELOADERS.get(owner)
+    if preloader is None:
+        preloader = _PRELOADERS[owner] = Preloader()
+    return preloader
+
+
+def peek(owner: Any) -> Preloader | None:
+    """The preloader of `owner` if it has one. O(1)."""
+    return _PRELOADERS.get(owner)
+
+
+def _same_grid(a: Grid, b: Grid) -> bool:
+    return (
+        all(
+            (x == y).all() if x.shape == y.shape else False
+            for x, y in ((a.columns, b.columns), (a.origin, b.origin), (a.width, b.width))
+        )
+        and (a.margin == b.margin).all()
+    )
