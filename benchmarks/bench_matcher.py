@@ -39,6 +39,7 @@ from benchmarks.report import DOCS_DIR, RESULTS_DIR
 from benchmarks.workloads import KINDS, build
 from matcher.boxes import Dims
 from matcher.constraints import Atom, Conjunction, predicate_of
+from matcher.preload import settings as preload_settings
 from matcher.profiles import Profile
 
 log = logging.getLogger(__name__)
@@ -229,7 +230,7 @@ class _Passes:
     ) -> None:
         self.match, self.queries, self.batch = match, queries, batch
         self.warm = warm[: batch if batch > 1 else WARM_SINGLE]
-        self.best, self.spent, self.done = math.inf, 0.0, False
+        self.best, self.first, self.spent, self.done = math.inf, math.inf, 0.0, False
         self.answers: list[Keys] | None = None
 
     def run(self, budget_s: float) -> None:
@@ -246,7 +247,8 @@ class _Passes:
             if _clock() - start > budget_s:
                 break
         took = _clock() - start
-        self.answers = got if self.answers is None else self.answers
+        if self.answers is None:
+            self.answers, self.first = got, took / len(got)
         self.best, self.spent = min(self.best, took / len(got)), self.spent + took
         self.done = len(got) < len(self.queries) or self.spent > REPEAT_S
 
@@ -352,6 +354,9 @@ def run_size(run: Run, data: Data, n: int) -> None:
                 reference[side] = row.pop(f"_{side}")
             else:
                 _check(name, row.pop(f"_{side}"), reference[side], f"{what} ({side})")
+        if reference.get("profiles"):
+            answers = reference["profiles"]
+            row["mean_answer"] = round(sum(map(len, answers)) / len(answers), 1)
         if n <= plan.memory_upto and entries and row["build_s"] < MEMORY_BUILD_S:
             make = CONTENDERS[name]
             row["bytes_per_entry"] = round(
@@ -410,6 +415,11 @@ def _build(run: Run, row: dict, c: Contender, data: Data, entries: list, profile
     row["build_s"] = round(t_sub + t_prof, 3)
     row["insert_per_s"] = _rate(len(entries), t_sub)
     row["insert_profile_per_s"] = _rate(len(profiles), t_prof)
+    preload = getattr(c, "preload", None)
+    if preload is not None:  # (the cells of the held profiles' regions, timed apart)
+        start = _collected()
+        preload()
+        row["preload_s"] = round(_clock() - start, 3)
 
 
 def _match_side_by_side(run: Run, built: dict[str, tuple[dict, Contender]], data: Data) -> None:
@@ -426,13 +436,34 @@ def _match_side_by_side(run: Run, built: dict[str, tuple[dict, Contender]], data
             name: _Passes(getattr(c, method), queries, warm, _batch(c))
             for name, (_, c) in built.items()
         }
+        stats = {name: c.preload_stats for name, (_, c) in built.items() if _preloads(c)}
+        for take in stats.values():
+            take()  # (counts from here on)
         for _ in range(PASSES):
             for timed in passes.values():
                 timed.run(run.plan.budget_s)
         for name, timed in passes.items():
             row = built[name][0]
             row[f"match_{side[:-1]}_per_s"] = _rate(1, timed.best)
+            if name in stats:  # (the first pass, while cells still fill: for the record)
+                row[f"match_{side[:-1]}_first_per_s"] = _rate(1, timed.first)
             row[f"_{side}"] = timed.answers
+        for name, take in stats.items():
+            _note_cells(built[name][0], take(), side)
+
+
+def _preloads(contender: Contender) -> bool:
+    return hasattr(contender, "preload_stats")
+
+
+def _note_cells(row: dict, stats: dict[str, int], side: str) -> None:
+    """The share of a side's queries (its warm-up ones and passes) that cells
+    answered, and the cells' memory after them, per entry held."""
+    if side == "profiles" and stats["profiles"]:
+        row["from_cells"] = round(stats["profiles_from_cells"] / stats["profiles"], 4)
+    row["cells"] = stats["cells"]
+    row["cells_bytes"] = stats["cells_bytes"]
+    row["cells_bytes_per_entry"] = round(stats["cells_bytes"] / max(1, row["entries"]), 1)
 
 
 def _deletions(
@@ -453,6 +484,9 @@ def _rate(count: int, seconds: float) -> float:
 
 
 METRICS = (
+    "from_cells",
+    "cells_bytes_per_entry",
+    "preload_s",
     "insert_per_s",
     "delete_per_s",
     "match_profile_per_s",
@@ -510,6 +544,7 @@ def main(
         "command": command,
         "seed": SEED,
         "plan": plan.__dict__,
+        "preload": {"budget_bytes": preload_settings.current().budget_bytes},
         "seconds": round(time.time() - started, 1),
         "machine": {"python": platform.python_version(), "platform": platform.platform()},
         "rows": run.rows,

@@ -1,7 +1,9 @@
 """The matcher benchmark's outputs: a text table, JSON, PNG plots, README.md.
 
 Ratios are against the brute-force scan at the same workload and size, the
-baseline that PLATFORM.md times.
+baseline that PLATFORM.md times. The product (`double-forest`) answers from
+its preloaded cells where it can; `forest-no-cells` is the same forest
+without them.
 """
 
 from __future__ import annotations
@@ -42,11 +44,16 @@ def _num(v: float | None) -> str:
     return f"{v:,.0f}" if v >= 100 else f"{v:.3g}"
 
 
+def _share(row: dict) -> str:
+    share = row.get("from_cells")
+    return "" if share is None else f"{100 * share:.0f}%"
+
+
 def table(rows: list[dict]) -> str:
     """One block per (workload, size), one line per contender."""
     head = (
-        f"{'contender':<14}{'insert/s':>11}{'delete/s':>11}{'profiles/s':>12}{'(vs bf)':>9}"
-        f"{'filters/s':>11}{'(vs bf)':>9}{'B/entry':>9}"
+        f"{'contender':<16}{'insert/s':>11}{'delete/s':>11}{'profiles/s':>12}{'(vs bf)':>9}"
+        f"{'filters/s':>11}{'(vs bf)':>9}{'B/entry':>9}{'cells':>7}{'cells B/e':>10}"
     )
     out = []
     for (kind, size), group in _groups(rows):
@@ -56,18 +63,19 @@ def table(rows: list[dict]) -> str:
         out.append(head)
         for r in group:
             if "skipped" in r:
-                out.append(f"{r['contender']:<14}skipped: {r['skipped']}")
+                out.append(f"{r['contender']:<16}skipped: {r['skipped']}")
                 continue
             out.append(
-                f"{r['contender']:<14}{_num(r.get('insert_per_s')):>11}"
+                f"{r['contender']:<16}{_num(r.get('insert_per_s')):>11}"
                 f"{_num(r.get('delete_per_s')):>11}{_num(r.get('match_profile_per_s')):>12}"
                 f"{_ratio(r, base, 'match_profile_per_s'):>9}"
                 f"{_num(r.get('match_filter_per_s')):>11}"
                 f"{_ratio(r, base, 'match_filter_per_s'):>9}"
-                f"{_num(r.get('bytes_per_entry')):>9}"
+                f"{_num(r.get('bytes_per_entry')):>9}{_share(r):>7}"
+                f"{_num(r.get('cells_bytes_per_entry')):>10}"
             )
             if "partial" in r:
-                out.append(f"{'':<14}({r['partial']})")
+                out.append(f"{'':<16}({r['partial']})")
     return "\n".join(out)
 
 
@@ -78,6 +86,7 @@ def write(result: dict, json_path: Path) -> None:
     clean = json.loads(json.dumps(result, default=str), parse_constant=lambda _: None)
     json_path.write_text(json.dumps(clean, indent=1) + "\n", encoding="utf-8")
     plots = _plots(result["rows"], out_dir, json_path.stem)
+    plots += _constant_time_plot(result["rows"], out_dir, json_path.stem)
     update_section(out_dir / "README.md", "matcher", _readme(result, json_path, plots))
 
 
@@ -126,7 +135,118 @@ def _plots(rows: list[dict], out_dir: Path, stem: str) -> list[str]:
     return names
 
 
+def per_answer_us(row: dict) -> float | None:
+    """Microseconds per profile per subscription in its answer: the figure that
+    stays flat where a lookup's cost grows with its answer, not with the set."""
+    rate, answer = row.get("match_profile_per_s"), row.get("mean_answer")
+    if not rate or not answer or not math.isfinite(rate):
+        return None
+    return 1e6 / rate / answer
+
+
+def _constant_time_plot(rows: list[dict], out_dir: Path, stem: str) -> list[str]:
+    """Time per profile per answer entry against the number of subscriptions,
+    one panel per workload (the issue's constant-time target)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    kinds = list(dict.fromkeys(r["workload"] for r in rows))
+    sizes = {r["size"] for r in rows}
+    if len(sizes) < 2:
+        return []
+    fig, axes = plt.subplots(1, len(kinds), figsize=(4.5 * len(kinds), 4), squeeze=False)
+    for ax, kind in zip(axes[0], kinds, strict=True):
+        mine = [r for r in rows if r["workload"] == kind and "skipped" not in r]
+        for name in (FOREST, NO_CELLS, BASELINE):
+            pts = [(r["size"], per_answer_us(r)) for r in mine if r["contender"] == name]
+            pts = [(s, v) for s, v in pts if v]
+            if pts:
+                ax.plot(*zip(*pts, strict=True), marker="o", label=name)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("live subscriptions")
+        ax.set_title(f"{kind}: µs per profile per match", fontsize=10)
+        ax.grid(True, which="both", alpha=0.3)
+    axes[0][0].legend(fontsize=8)
+    fig.tight_layout()
+    name = f"{stem}_constant_time.png"
+    fig.savefig(out_dir / name, dpi=90)
+    plt.close(fig)
+    return [name]
+
+
 FOREST = "double-forest"
+NO_CELLS = "forest-no-cells"
+
+
+def _preload_targets(rows: list[dict], budget: int | None) -> list[str]:
+    """Issue 34's targets against this run's rows (the product with its cells)."""
+    by = {(r["workload"], r["size"], r["contender"]): r for r in rows}
+    kinds = list(dict.fromkeys(r["workload"] for r in rows))
+    lines = ["| target (issue 34) | workload | measured | met |", "|---|---|---:|---|"]
+
+    def ratio(kind: str, size: int, other: str, metric: str) -> float | None:
+        mine, theirs = by.get((kind, size, FOREST), {}), by.get((kind, size, other), {})
+        if mine.get(metric) and theirs.get(metric):
+            return mine[metric] / theirs[metric]
+        return None
+
+    for size in (100_000, 1_000_000):
+        for kind in kinds:
+            r = ratio(kind, size, BASELINE, "match_profile_per_s")
+            if r is not None:
+                met = "yes" if r >= 10 else "no"
+                lines.append(
+                    f"| profiles/s ≥ 10× brute force at {size:,} | {kind} | {r:.2f}× | {met} |"
+                )
+    r = ratio("tracking", 1_000_000, NO_CELLS, "match_profile_per_s")
+    if r is not None:
+        met = "yes" if r >= 10 else "no"
+        lines.append(
+            "| profiles/s ≥ 10× the forest without cells at 1,000,000 | tracking "
+            f"| {r:.2f}× | {met} |"
+        )
+    for kind in kinds:
+        mine = sorted(
+            (r["size"], per_answer_us(r))
+            for r in rows
+            if r["workload"] == kind and r["contender"] == FOREST and per_answer_us(r)
+        )
+        small = [v for s, v in mine if s == 10_000]
+        if small and mine[-1][0] > 10_000:
+            growth = mine[-1][1] / small[0]
+            met = "yes" if growth <= 1.5 else "no"
+            lines.append(
+                f"| time per profile per match grows ≤ 1.5× from 10,000 to {mine[-1][0]:,} "
+                f"| {kind} | {growth:.2f}× | {met} |"
+            )
+    worst = [
+        (r[m] / other[m], r["workload"], r["size"], m)
+        for r in rows
+        if r["contender"] == FOREST
+        for m in ("match_profile_per_s", "match_filter_per_s")
+        if r.get(m) and (other := by.get((r["workload"], r["size"], NO_CELLS), {})).get(m)
+    ]
+    if worst:
+        low, kind, size, m = min(worst)
+        what = "profiles" if m == "match_profile_per_s" else "filters"
+        met = "yes" if low >= 1 else "no (within noise)" if low >= 0.9 else "no"
+        lines.append(
+            f"| never slower than the forest without cells (lowest: {what}, {size:,}) "
+            f"| {kind} | {low:.2f}× | {met} |"
+        )
+    held = [r for r in rows if r["contender"] == FOREST and "cells_bytes" in r]
+    if held and budget:
+        top = max(held, key=lambda r: r["cells_bytes"])
+        met = "yes" if top["cells_bytes"] <= budget else "no"
+        lines.append(
+            f"| cells' memory within the budget ({budget / 2**20:,.0f} MiB a space; most: "
+            f"{top['cells_bytes_per_entry']:,.0f} B per entry) | {top['workload']} "
+            f"{top['size']:,} | {top['cells_bytes'] / 2**20:,.1f} MiB | {met} |"
+        )
+    return lines
 
 
 def _targets(rows: list[dict]) -> list[str]:
@@ -207,6 +327,16 @@ def _readme(result: dict, json_path: Path, plots: list[str]) -> str:
         "Memory is the Python heap that tracemalloc sees (numpy included; the R-tree's",
         "C++ nodes are not), from a separate build.",
         "",
+        "`double-forest` is the product: the forest with its preloaded cells",
+        "(`matcher.preload`), filled after the profile inserts for the regions the held",
+        "profiles lie in (the cells' own time is `preload s`, not in the insert rates), and",
+        "filled further as the queries visit; `forest-no-cells` is the same forest without",
+        "them. `cells` is the share of its query profiles (warm-up batches and passes)",
+        "that cells answered, `cells B/e` the cells' memory per subscription entry after",
+        "the queries, `first` its profiles/s in the first pass (cells still filling), and",
+        "`µs/match` the time per profile divided by the mean answer (constant where a",
+        "lookup costs what its answer costs).",
+        "",
         "Reproduce (from the repository root):",
         "",
         f"    {result['command']}",
@@ -215,8 +345,8 @@ def _readme(result: dict, json_path: Path, plots: list[str]) -> str:
         f" on {result['machine']['platform']}. Raw numbers: `{json_path.name}`.",
         "",
         "| workload | subscriptions | contender | profiles/s | vs bf | filters/s | vs bf |"
-        " inserts/s | deletes/s | B/entry |",
-        "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|",
+        " inserts/s | deletes/s | B/entry | cells | cells B/e | preload s | first | µs/match |",
+        "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for (kind, size), group in _groups(result["rows"]):
         group = list(group)
@@ -230,9 +360,13 @@ def _readme(result: dict, json_path: Path, plots: list[str]) -> str:
                 f" | {_ratio(r, base, 'match_profile_per_s')}"
                 f" | {_num(r.get('match_filter_per_s'))} | {_ratio(r, base, 'match_filter_per_s')}"
                 f" | {_num(r.get('insert_per_s'))} | {_num(r.get('delete_per_s'))}"
-                f" | {_num(r.get('bytes_per_entry'))} |"
+                f" | {_num(r.get('bytes_per_entry'))} | {_share(r)}"
+                f" | {_num(r.get('cells_bytes_per_entry'))} | {_num(r.get('preload_s'))}"
+                f" | {_num(r.get('match_profile_first_per_s'))}"
+                f" | {_num(per_answer_us(r))} |"
             )
-    lines += ["", *_targets(result["rows"])]
+    budget = (result.get("preload") or {}).get("budget_bytes")
+    lines += ["", *_targets(result["rows"]), "", *_preload_targets(result["rows"], budget)]
     lines += [
         "",
         "Deletes: the forest is 10-16x faster than the poset where the poset relinks tens of",

@@ -11,6 +11,7 @@ match yields, vectorized.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -60,6 +61,24 @@ class _Slots:
 
     def __len__(self) -> int:
         return len(self.handles) - len(self.free)
+
+
+@dataclass
+class Routed:
+    """How a batch of profiles is answered: `answered` from cells (`counts`
+    entries each, `entries` in query order), `rest` by the forest; the batch's
+    time is noted in `costs` (if measured) as the cost of `path`."""
+
+    rest: Ids
+    answered: Ids
+    counts: Ids
+    entries: Ids
+    path: str
+    costs: PathCosts | None
+
+    def note(self, seconds: float, queries: int) -> None:
+        if self.costs is not None:
+            self.costs.note(self.path, seconds, queries)
 
 
 class DoubleForest:
@@ -215,22 +234,28 @@ class DoubleForest:
         subscription forest; then O(entry pairs) to test their intervals."""
         if not profiles or not len(self.sub_forest):
             return _NO_PAIRS
+        started = time.thread_time()
         span = np.asarray(intervals, dtype=float).reshape(-1, 2).T
         query_lo, query_hi = self._profile_matrix(profiles)
         routed = self._from_cells(profiles, query_lo, query_hi)
         if routed is None:
             queries, subs = self._forest_pairs(profiles, query_lo, query_hi, span, None)
-        else:
-            rest, answered, counts, cell_entries = routed
-            queries, subs = self._cell_pairs(span, np.repeat(answered, counts), cell_entries)
-            if len(rest):
-                started = time.thread_time()
-                more, more_subs = self._forest_pairs(profiles, query_lo, query_hi, span, rest)
-                self._costs().note("forest", time.thread_time() - started, len(rest))
-                queries, subs = np.concatenate([queries, more]), np.concatenate([subs, more_subs])
+            return _unique_pairs(queries, subs, needed=self.multi_disjunct > 0)
+        if not len(routed.answered):  # (the forest's turn)
+            queries, subs = self._forest_pairs(profiles, query_lo, query_hi, span, None)
+            out = _unique_pairs(queries, subs, needed=self.multi_disjunct > 0)
+            routed.note(time.thread_time() - started, len(profiles))
+            return out
+        answered = np.repeat(routed.answered, routed.counts)
+        queries, subs = self._cell_pairs(span, answered, routed.entries)
+        if len(routed.rest):
+            more, more_subs = self._forest_pairs(profiles, query_lo, query_hi, span, routed.rest)
+            queries, subs = np.concatenate([queries, more]), np.concatenate([subs, more_subs])
             order = _grouping(queries)
             queries, subs = queries[order], subs[order]
-        return _unique_pairs(queries, subs, needed=self.multi_disjunct > 0)
+        out = _unique_pairs(queries, subs, needed=self.multi_disjunct > 0)
+        routed.note(time.thread_time() - started, len(profiles))
+        return out
 
     def _forest_pairs(
         self,
@@ -298,24 +323,27 @@ class DoubleForest:
         if not (simple and _all_within(span, self.entry_from[:held], self.entry_to[:held])):
             queries, subs = self.match_profiles(profiles, intervals)
             return _split(n, queries, subs, slot_map)
+        started = time.thread_time()
         query_lo, query_hi = self._profile_matrix(profiles)
         routed = self._from_cells(profiles, query_lo, query_hi)
         if routed is None:
             return self._grouped_forest(profiles, query_lo, query_hi, None, slot_map)
-        rest, answered, counts, cell_entries = routed
-        found = np.take(self.entry_slot, cell_entries)
+        if not len(routed.answered):  # (the forest's turn)
+            out = self._grouped_forest(profiles, query_lo, query_hi, None, slot_map)
+            routed.note(time.thread_time() - started, n)
+            return out
+        found = np.take(self.entry_slot, routed.entries)
         if slot_map is not None:
             found = np.take(slot_map, found.astype(np.intp, copy=False))
-        out: list[np.ndarray] = [found[:0]] * n
-        cut = np.r_[0, np.cumsum(counts)].tolist()
-        for query, a, b in zip(answered.tolist(), cut, cut[1:], strict=False):
+        out = [found[:0]] * n
+        cut = np.r_[0, np.cumsum(routed.counts)].tolist()
+        for query, a, b in zip(routed.answered.tolist(), cut, cut[1:], strict=False):
             out[query] = found[a:b]
-        if len(rest):
-            started = time.thread_time()
-            found = self._grouped_forest(profiles, query_lo, query_hi, rest, slot_map)
-            self._costs().note("forest", time.thread_time() - started, len(rest))
-            for query, answer in zip(rest.tolist(), found, strict=True):
+        if len(routed.rest):
+            more = self._grouped_forest(profiles, query_lo, query_hi, routed.rest, slot_map)
+            for query, answer in zip(routed.rest.tolist(), more, strict=True):
                 out[query] = answer
+        routed.note(time.thread_time() - started, n)
         return out
 
     def _grouped_forest(
@@ -380,9 +408,6 @@ class DoubleForest:
         pre = preloader.peek(self)
         return None if pre is None else pre.cells
 
-    def _costs(self) -> PathCosts:
-        return preloader.of(self).costs
-
     def _log_change(self, cells: SubscriptionCells, entry: int, node: int, *, added: bool) -> None:
         columns, forest = cells.grid.columns, self.sub_forest
         cells.log(entry, added=added, lo=forest.lo[columns, node], hi=forest.hi[columns, node])
@@ -415,6 +440,7 @@ class DoubleForest:
                 profile_lo,
                 profile_hi,
                 config.attributes,
+                forest.exact[nodes],
             )
             pre.use(grid, live)
         return pre.cells
@@ -464,12 +490,11 @@ class DoubleForest:
 
     def _from_cells(
         self, profiles: list[Profile], query_lo: Bounds, query_hi: Bounds
-    ) -> tuple[Ids, Ids, Ids, Ids] | None:
-        """Answer the profiles that lie inside filled cells from them: (the other
-        profiles' indices, those answered, how many entries each holds with, and
-        those entries, query by query); None where
-        the space has no grid or the forest is measured cheaper. Counts each
-        profile's visit of its cell and fills the cells that are hot by now."""
+    ) -> Routed | None:
+        """Answer the profiles that lie inside filled cells from them, and say
+        which the forest answers (`Routed`); None where the space has no grid.
+        Counts each profile's visit of its cell, and on the cells' turn
+        (`PathCosts`) fills the cells that are hot by now."""
         cells = self._grid_cells(query_lo, query_hi)
         if cells is None:
             return None
@@ -479,9 +504,13 @@ class DoubleForest:
         if fits.any():
             cells.visit(keys[fits])
         config = settings.current()
-        if not fits.any() or (config.measured and not pre.costs.cells_turn()):
+        costs = pre.costs_for(n) if config.measured else None
+        everything = np.arange(n)
+        if not fits.any() or (costs is not None and not costs.cells_turn()):
             pre.count(n, 0)
-            return None
+            return Routed(
+                everything, everything[:0], everything[:0], everything[:0], "forest", costs
+            )
         forest, covers = self.sub_forest, self.entry_covers
         cells.trim_log()
         slots = np.full(n, -1, dtype=np.int64)
@@ -491,10 +520,6 @@ class DoubleForest:
             cells.fill_hot(cold, config.fill_after, config.budget_bytes, forest, covers)
             slots[fits] = cells.slots_of(keys[fits])
         inside = cells.inside(query_lo, query_hi, slots)
-        if not inside.any():
-            pre.count(n, 0)
-            return None
-        started = time.thread_time()
         which = np.flatnonzero(inside)
         cells.catch_up(np.unique(slots[which]), forest, covers)
 
@@ -505,9 +530,8 @@ class DoubleForest:
         counts, entries = cells.match(
             query_lo, query_hi, which, slots[which], forest, covers, exact
         )
-        pre.costs.note("cells", time.thread_time() - started, len(which))
         pre.count(n, len(which))
-        return np.flatnonzero(~inside), which, counts, entries
+        return Routed(np.flatnonzero(~inside), which, counts, entries, "cells", costs)
 
     def settle(self) -> None:
         """Do now the work that the next queries would otherwise start with:

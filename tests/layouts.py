@@ -54,7 +54,9 @@ def preload(on: bool, *, budget_bytes: int = 1 << 30) -> AbstractContextManager:
             enabled=True, min_entries=1, fill_after=1, measured=False, budget_bytes=budget_bytes
         )
     )
-    stack.enter_context(patch.multiple(grid, MAX_CANDIDATE_SHARE=1.0, PRESENT_SHARE=0.0))
+    stack.enter_context(
+        patch.multiple(grid, MAX_CANDIDATE_SHARE=1.0, PRESENT_SHARE=0.0, SORTED_SHARE=0.0)
+    )
     stack.enter_context(
         patch.multiple(subscription_cells, RESORT_MIN=2, RESORT_SHARE=2, LOG_MIN=4, LOG_SHARE=1)
     )

@@ -30,6 +30,8 @@ MARGIN_SHARE = 0.25  # margins at most this share of the median constrained widt
 CELL_SHARE = 0.25  # a cell is this share of the median constrained width wide ...
 MAX_CELLS = 1 << 14  # ... unless the profiles' spread then needs more cells than this
 MAX_CANDIDATE_SHARE = 0.3  # a grid whose cell meets more of the entries is not worth it
+SORTED_SHARE = 0.5  # ... nor one where fewer entries than this constrain only its
+# columns and one value of another (the others are tested in full)
 
 
 @dataclass(frozen=True, eq=False)
@@ -76,12 +78,17 @@ def choose(
     profile_lo: Bounds,
     profile_hi: Bounds,
     named: tuple[str, ...] = (),
+    exact: np.ndarray | None = None,
 ) -> Grid | None:
     """The grid for subscription boxes `node_lo/hi` (a sample of the forest's
-    nodes, each weighing its entries) and profile boxes `profile_lo/hi` (a sample
-    of the held and asked profiles), both (dims columns × boxes); None where no
-    numeric column narrows the subscriptions enough. The `named` attributes come
-    first where subscriptions constrain them. O(columns × sample)."""
+    nodes, each weighing its entries, `exact` where a box is only a necessary
+    condition) and profile boxes `profile_lo/hi` (a sample of the held and asked
+    profiles), both (dims columns × boxes); None where no numeric column narrows
+    the subscriptions enough, or where too few of them would sort into a cell's
+    groups (most constrain more than the grid's columns and one value of
+    another: each would be tested in full, as a scan does). The `named`
+    attributes come first where subscriptions constrain them. O(columns ×
+    sample)."""
     if not len(weights) or not profile_lo.shape[1]:
         return None
     options = []
@@ -97,6 +104,8 @@ def choose(
     if not chosen or float(np.prod([o[1] for o in chosen])) > MAX_CANDIDATE_SHARE:
         return None
     _, _, columns, origin, extent, width, margin = map(np.array, zip(*chosen, strict=True))
+    if _sorted_share(node_lo, node_hi, weights, columns, exact) < SORTED_SHARE:
+        return None
     cells = float(np.prod(np.ceil(extent / width)))
     if cells > MAX_CELLS:
         width = width * (cells / MAX_CELLS) ** (1 / len(width))
@@ -134,3 +143,25 @@ def _column(
     share = float(weight.sum() / weights.sum())
     meets = float(np.average(np.minimum(1.0, (widths + loose) / extent), weights=weight))
     return (1 - share) + share * meets, low, extent, width, margin
+
+
+def _sorted_share(
+    node_lo: Bounds, node_hi: Bounds, weights: np.ndarray, columns: Ids, exact: np.ndarray | None
+) -> float:
+    """The weighted share of the sampled boxes that constrain no column but the
+    grid's `columns` and, with a single value, the one other column most of
+    them constrain that way: those a cell sorts into groups instead of testing
+    in full. O(columns × sample)."""
+    constrained = (node_lo > -np.inf) | (node_hi < np.inf)
+    constrained[columns] = False
+    others = constrained.sum(axis=0)
+    point = constrained & (node_lo == node_hi)
+    ok = others == 0
+    single = (others == 1) & point.any(axis=0)
+    if single.any():
+        column = np.argmax(point, axis=0)
+        votes = np.bincount(column[single], weights[single], minlength=len(node_lo))
+        ok |= single & (column == int(np.argmax(votes)))
+    if exact is not None:
+        ok &= ~exact
+    return float(weights[ok].sum() / weights.sum())

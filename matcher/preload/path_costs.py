@@ -3,50 +3,58 @@
 Both paths give the same answers; they differ in what they cost, which
 depends on the space (how many subscriptions a cell holds, how large the
 answers are, how often a cell is asked). Each path's cost per query is kept
-as a moving average of what the batches that took it measured; the cells
-are used while they cost less than the forest. When they cost more they are
-left alone for a number of batches that doubles each time they lose, and
-then tried again (a space changes as subscriptions come and go).
+as a moving average of what whole batches that took it measured: the forest
+takes the first batches and then one in every `REMEASURE`, so that its
+average follows the space as it changes; the cells take the others while
+they cost less. When they cost more they sit out a number of batches that
+doubles each time they lose (the forest measured meanwhile), and are then
+measured afresh.
 """
 
 from __future__ import annotations
 
 SMOOTHING = 0.25  # weight of a new measurement in the moving averages
-SAMPLES = 3  # measurements of each path before the averages decide
+SAMPLES = 2  # measurements of each path before the averages decide
+REMEASURE = 64  # the forest takes one batch in this many while the cells win
 PAUSE = 8  # batches the cells sit out after losing, doubled each loss ...
 MAX_PAUSE = 1024  # ... up to this many
 
 
 class PathCosts:
-    """Seconds per query of each path; `cells_turn()` says whether the cells may
-    answer this batch. Invariant: `pause_left > 0` only while the cells lost
-    the last comparison."""
+    """Seconds per query of each path; `cells_turn()` says which path a batch
+    takes. Invariant: `pause_left > 0` only while the cells lost the last
+    comparison."""
 
     def __init__(self) -> None:
         self.seconds = {"cells": 0.0, "forest": 0.0}
         self.samples = {"cells": 0, "forest": 0}
         self.pause = PAUSE
         self.pause_left = 0
+        self.batches = 0
 
     def note(self, path: str, seconds: float, queries: int) -> None:
-        """Record that `queries` took `seconds` on `path`. O(1)."""
+        """Record that a whole batch of `queries` took `seconds` on `path`. O(1)."""
         if queries <= 0:
             return
         per_query = seconds / queries
         n = self.samples[path]
+        average = self.seconds[path]
         self.seconds[path] = (
-            per_query if n == 0 else ((1 - SMOOTHING) * self.seconds[path] + SMOOTHING * per_query)
+            per_query if n == 0 else (1 - SMOOTHING) * average + SMOOTHING * per_query
         )
         self.samples[path] = n + 1
 
     def cells_turn(self) -> bool:
-        """Whether this batch may use the cells (counts a paused batch). O(1)."""
+        """Whether this batch is the cells' (else the forest's, to be noted). O(1)."""
+        self.batches += 1
         if self.pause_left > 0:
             self.pause_left -= 1
             if self.pause_left == 0:  # try again, measured afresh
                 self.samples["cells"] = 0
             return False
-        if min(self.samples.values()) >= SAMPLES:
+        if self.samples["forest"] < SAMPLES or self.batches % REMEASURE == 0:
+            return False
+        if self.samples["cells"] >= SAMPLES:
             if self.seconds["cells"] > self.seconds["forest"]:
                 self.pause_left = self.pause
                 self.pause = min(2 * self.pause, MAX_PAUSE)

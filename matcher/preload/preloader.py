@@ -18,6 +18,7 @@ from matcher.preload.path_costs import PathCosts
 from matcher.preload.subscription_cells import SubscriptionCells
 
 RECHOOSE = 2.0  # the grid is chosen again once the live entries grow or shrink this much
+SIZE_CLASSES = 11  # batches of 1, 2-3, 4-7, ... and 1024 or more are costed apart
 
 _PRELOADERS: weakref.WeakKeyDictionary[Any, Preloader] = weakref.WeakKeyDictionary()
 
@@ -39,7 +40,7 @@ class Preloader:
 
     cells: SubscriptionCells | None = None
     chosen_at: int = 0
-    costs: PathCosts = field(default_factory=PathCosts)
+    costs: dict[int, PathCosts] = field(default_factory=dict)
     counts: Counts = field(default_factory=Counts)
     total: Counts = field(default_factory=Counts)
 
@@ -59,6 +60,15 @@ class Preloader:
         same = grid is not None and self.cells is not None and _same_grid(grid, self.cells.grid)
         if not same:
             self.cells = SubscriptionCells(grid) if grid is not None else None
+
+    def costs_for(self, queries: int) -> PathCosts:
+        """The path costs of batches about this size (a power of two's range up to
+        SIZE_CLASSES): a query costs less in a large batch, on either path."""
+        size = min(queries.bit_length(), SIZE_CLASSES)
+        costs = self.costs.get(size)
+        if costs is None:
+            costs = self.costs[size] = PathCosts()
+        return costs
 
     def count(self, profiles: int, from_cells: int) -> None:
         for counts in (self.counts, self.total):
