@@ -24,7 +24,9 @@ from matcher.forest.arrays import Bounds, Ids, Mask
 from matcher.forest.list_store import ELEMENT, SLICE_RUN, grown, run_positions
 from matcher.preload import grid as preload_grid
 from matcher.preload import preloader, settings
+from matcher.preload.grid import Grid
 from matcher.preload.path_costs import PathCosts
+from matcher.preload.profile_cells import ProfileCells
 from matcher.preload.subscription_cells import SubscriptionCells
 from matcher.profiles import Profile
 
@@ -201,7 +203,14 @@ class DoubleForest:
         self.profile_to = grown(self.profile_to, n, 0.0)
         self.profile_from[slot], self.profile_to[slot] = valid_from, valid_to
         self._unindexed[slot] = profile
+        cells = self._profile_cells_now()
+        if cells is not None:
+            cells.add(slot, profile)
         return slot
+
+    def _profile_cells_now(self) -> ProfileCells | None:
+        pre = preloader.peek(self)
+        return None if pre is None else pre.profile_cells
 
     @property
     def profile_forest(self) -> Forest:
@@ -222,6 +231,9 @@ class DoubleForest:
         else one `Forest.discard`."""
         if self._unindexed.pop(slot, None) is None:
             self._profile_forest.discard(slot)
+        cells = self._profile_cells_now()
+        if cells is not None:
+            cells.remove(slot)
         self.profiles.give_back(slot)
         self.profile_from[slot], self.profile_to[slot] = ALWAYS
 
@@ -497,6 +509,9 @@ class DoubleForest:
         (`PathCosts`) fills the cells that are hot by now."""
         cells = self._grid_cells(query_lo, query_hi)
         if cells is None:
+            pre = preloader.peek(self)
+            if pre is not None:
+                pre.count(len(profiles), 0)
             return None
         pre = preloader.of(self)
         keys, fits = cells.grid.keys(query_lo, query_hi)
@@ -569,11 +584,31 @@ class DoubleForest:
         The waiting profiles inserted, one descent of the profile forest, then
         O(entry pairs) to test their intervals."""
         conjs = [c for conjunctions, *_ in queries for c in conjunctions]
-        forest = self.profile_forest
-        if not conjs or not len(forest):
+        if not conjs or not len(self.profiles):
             return _NO_PAIRS
         owner = np.repeat(np.arange(len(queries)), [len(q[0]) for q in queries])
         several = len(conjs) > len(queries)
+        started = time.thread_time()
+        routed = self._profiles_from_cells(queries, conjs, owner)
+        if routed is not None:
+            path, costs, pairs = routed
+            if pairs is not None:
+                if costs is not None:
+                    costs.note(path, time.thread_time() - started, len(conjs))
+                return _unique_pairs(*pairs, needed=several)
+        pairs = self._profile_forest_pairs(queries, conjs, owner)
+        if routed is not None and routed[1] is not None:
+            routed[1].note("forest", time.thread_time() - started, len(conjs))
+        return _unique_pairs(*pairs, needed=several)
+
+    def _profile_forest_pairs(
+        self, queries: list[SubscriptionQuery], conjs: list[Conjunction], owner: Ids
+    ) -> tuple[Ids, Ids]:
+        """(query index, profile slot) pairs from a descent of the profile forest
+        (the waiting profiles inserted first), repeats kept."""
+        forest = self.profile_forest
+        if not len(forest):
+            return _NO_PAIRS
         boxes = [self.profile_dims.filter_box(c, grow=False) for c in conjs]
         if None in boxes:  # constrains an attribute no held profile has: holds for none
             known = [i for i, box in enumerate(boxes) if box is not None]
@@ -606,7 +641,75 @@ class DoubleForest:
             if covers.any():
                 keep &= (np.take(covers, query_index) == 0) | node_covers
             query_index, slots = query_index[keep], slots[keep]
-        return _unique_pairs(query_index, slots, needed=several)
+        return query_index, slots
+
+    def _profiles_from_cells(
+        self, queries: list[SubscriptionQuery], conjs: list[Conjunction], owner: Ids
+    ) -> tuple[str, PathCosts | None, tuple[Ids, Ids] | None] | None:
+        """The (query index, profile slot) pairs from the profile cells, where the
+        space has a grid and it is the cells' turn: (the path taken, its costs,
+        the pairs or None for the forest's turn); None without a grid."""
+        cells = self._grid_cells(None, None)
+        if cells is None:
+            return None
+        pre = preloader.of(self)
+        config = settings.current()
+        costs = pre.costs_for(len(conjs), side="profiles") if config.measured else None
+        if costs is not None and not costs.cells_turn():
+            return "forest", costs, None
+        boxes = [self.dims.filter_box(c, grow=False) for c in conjs]
+        profile_cells = self._profile_cells(pre, cells.grid)
+        if None in boxes or profile_cells is None:  # (a column no subscription has: the forest)
+            return "forest", costs, None
+        filter_lo, filter_hi = self.dims.matrix([b for b, _ in boxes], FILTER_FILL)
+        exact_box = np.array([e for _, e in boxes], dtype=bool)
+        covers, start, end = np.array([q[1:] for q in queries], dtype=float).reshape(-1, 3).T
+        conj_covers = np.take(covers, owner) > 0
+        profiles = profile_cells.profiles
+
+        def exact(query: int, slot: int) -> bool:
+            profile = profiles[slot]
+            return (
+                conjs[query].covers(profile)
+                if conj_covers[query]
+                else conjs[query].overlaps(profile)
+            )
+
+        counts, slots = profile_cells.match(filter_lo, filter_hi, conj_covers, exact_box, exact)
+        query_index = np.repeat(owner, counts)
+        n = len(self.profiles.handles)
+        held = (self.profile_from[:n], self.profile_to[:n])
+        if not _all_within((start, end), *held):
+            keep = _within((start, end), query_index, slots, self.profile_from, self.profile_to)
+            query_index, slots = query_index[keep], slots[keep]
+        return "cells", costs, (query_index, slots.astype(ELEMENT))
+
+    def _profile_cells(self, pre: preloader.Preloader, grid: Grid) -> ProfileCells | None:
+        """The profile cells over `grid`, built from every held profile on first
+        use (and again when the subscription columns grow), their waiting changes
+        applied; None where they would not fit the budget."""
+        cells = pre.profile_cells
+        columns = len(self.dims)
+        if cells is None or cells.grid is not grid or cells.columns != columns:
+            held = self._held_profiles()
+            row = 4 + 16 * columns
+            if len(held) * row > settings.current().budget_bytes:
+                pre.profile_cells = None
+                return None
+            cells = pre.profile_cells = ProfileCells(grid, columns)
+            for slot, profile in held:
+                cells.add(slot, profile)
+        cells.apply(self.dims)
+        return cells
+
+    def _held_profiles(self) -> list[tuple[int, Profile]]:
+        """Every held profile with its slot, waiting or indexed. O(profiles)."""
+        held = list(self._unindexed.items())
+        forest = self._profile_forest
+        for node, key in enumerate(forest.keys):
+            if key is not None:
+                held += [(int(slot), key) for slot in forest.entries.items(node).tolist()]
+        return held
 
     def check_invariants(self) -> None:
         """Both forests' (`Forest.check_invariants`), and the preloaded cells'
@@ -617,6 +720,9 @@ class DoubleForest:
         if cells is not None:
             self.sub_forest.sync_columns()
             cells.check(self.sub_forest, self.entry_covers)
+        profile_cells = self._profile_cells_now()
+        if profile_cells is not None and profile_cells.columns == len(self.dims):
+            profile_cells.check(self.dims, dict(self._held_profiles()))
 
 
 def _expand_entries(

@@ -92,6 +92,11 @@ STEPS = st.lists(
         st.tuples(st.just("subscribe"), st.integers(0, 30), filters(), st.booleans()),
         st.tuples(st.just("unsubscribe"), st.integers(0, 30)),
         st.tuples(st.just("probe"), st.lists(profile_attrs(), min_size=1, max_size=12)),
+        st.tuples(st.just("publish"), st.integers(0, 20), profile_attrs()),
+        st.tuples(st.just("retract"), st.integers(0, 20)),
+        st.tuples(
+            st.just("ask"), st.lists(st.tuples(filters(), st.booleans()), min_size=1, max_size=8)
+        ),
     ),
     min_size=1,
     max_size=40,
@@ -113,6 +118,7 @@ def test_cells_answer_like_the_oracle_under_churn(steps, budget, tiny):
     says, grouped and paired alike; the cells' invariants hold throughout."""
     with layouts.preload(True, budget_bytes=budget), layouts.lists(tiny):
         df, held, slots = DoubleForest(), {}, {}
+        profiles, profile_slots = {}, {}
         for step in steps:
             if step[0] == "subscribe":
                 _, ident, dnf, covers = step
@@ -125,7 +131,38 @@ def test_cells_answer_like_the_oracle_under_churn(steps, budget, tiny):
                 del held[step[1]]
             elif step[0] == "probe":
                 _probe(df, held, step[1])
+            elif step[0] == "publish":
+                _, ident, attrs = step
+                if ident in profile_slots:
+                    df.remove_profile(profile_slots.pop(ident))
+                profile_slots[ident] = df.add_profile(ident, _profile(attrs), 0, OPEN)
+                profiles[ident] = attrs
+            elif step[0] == "retract" and step[1] in profile_slots:
+                df.remove_profile(profile_slots.pop(step[1]))
+                del profiles[step[1]]
+            elif step[0] == "ask":
+                _ask(df, profiles, step[1])
         df.check_invariants()
+
+
+def _profile(attrs: dict) -> Profile:
+    return Profile({k: tuple(v) if isinstance(v, list) else v for k, v in attrs.items()})
+
+
+def _ask(df: DoubleForest, profiles: dict, filters_: list) -> None:
+    """Subscriptions' queries against the held profiles, as the oracle says."""
+    queries = [(predicate_of(dnf), covers, 0, OPEN) for dnf, covers in filters_]
+    qi, slots = df.match_subscriptions(queries)
+    got = {(int(q), df.profiles.handles[s]) for q, s in zip(qi, slots, strict=True)}
+    want = {
+        (q, ident)
+        for q, (dnf, covers) in enumerate(filters_)
+        for ident, attrs in profiles.items()
+        if _holds(dnf, covers, attrs)
+    }
+    assert got == want
+    assert len(qi) == len(want), "a pair twice"
+    assert (np.diff(qi) >= 0).all(), "pairs not grouped by query"
 
 
 def _probe(df: DoubleForest, held: dict, batch: list[dict]) -> None:

@@ -94,7 +94,7 @@ class CellPool:
     def append(self, cell: int, **values: np.ndarray) -> None:
         """Add members to the cell's last group. O(added), or O(members) when
         the region moves."""
-        n, add = self.size(cell), len(values["entry"])
+        n, add = self.size(cell), len(next(iter(values.values())))
         if n + add > self.capacity[cell]:
             room = 2 * (n + add) + SLACK
             start = self._allocate(room)
@@ -117,6 +117,15 @@ class CellPool:
             kept = array[start : start + n][mask]
             array[start : start + len(kept)] = kept
         self.ends[cell] = np.concatenate(([0], np.cumsum(mask)))[self.ends[cell]]
+
+    def swap_remove(self, cell: int, index: int) -> None:
+        """Remove the cell's member at `index` (of a one-group pool), its last
+        member taking its place. O(fields)."""
+        start, last = int(self.start[cell]), self.size(cell) - 1
+        if index != last:
+            for array in self.fields.values():
+                array[start + index] = array[start + last]
+        self.ends[cell, -1] = last
 
     def members(self, cell: int) -> dict[str, np.ndarray]:
         """Views of a cell's members, field by field. O(1)."""

@@ -15,6 +15,7 @@ from typing import Any
 
 from matcher.preload.grid import Grid
 from matcher.preload.path_costs import PathCosts
+from matcher.preload.profile_cells import ProfileCells
 from matcher.preload.subscription_cells import SubscriptionCells
 
 RECHOOSE = 2.0  # the grid is chosen again once the live entries grow or shrink this much
@@ -39,8 +40,9 @@ class Preloader:
     (or found not worth it), which `due` compares with."""
 
     cells: SubscriptionCells | None = None
+    profile_cells: ProfileCells | None = None
     chosen_at: int = 0
-    costs: dict[int, PathCosts] = field(default_factory=dict)
+    costs: dict[tuple[str, int], PathCosts] = field(default_factory=dict)
     counts: Counts = field(default_factory=Counts)
     total: Counts = field(default_factory=Counts)
 
@@ -48,7 +50,7 @@ class Preloader:
         """Whether the grid should be chosen (again) at `live` entries. O(1)."""
         if live < min_entries:
             if self.cells is not None:
-                self.cells = None  # (a small space: the forest answers)
+                self.cells = self.profile_cells = None  # (a small space: the forest answers)
             return False
         if not self.chosen_at:
             return True
@@ -60,14 +62,16 @@ class Preloader:
         same = grid is not None and self.cells is not None and _same_grid(grid, self.cells.grid)
         if not same:
             self.cells = SubscriptionCells(grid) if grid is not None else None
+            self.profile_cells = None
 
-    def costs_for(self, queries: int) -> PathCosts:
+    def costs_for(self, queries: int, side: str = "subscriptions") -> PathCosts:
         """The path costs of batches about this size (a power of two's range up to
-        SIZE_CLASSES): a query costs less in a large batch, on either path."""
-        size = min(queries.bit_length(), SIZE_CLASSES)
-        costs = self.costs.get(size)
+        SIZE_CLASSES) asking `side`: a query costs less in a large batch, on
+        either path."""
+        key = (side, min(queries.bit_length(), SIZE_CLASSES))
+        costs = self.costs.get(key)
         if costs is None:
-            costs = self.costs[size] = PathCosts()
+            costs = self.costs[key] = PathCosts()
         return costs
 
     def count(self, profiles: int, from_cells: int) -> None:
@@ -78,12 +82,15 @@ class Preloader:
     def take_counts(self) -> dict[str, int]:
         """The counts since last taken (then zeroed), and the cells' size now."""
         counts, self.counts = self.counts, Counts()
-        cells = self.cells
+        cells, profile_cells = self.cells, self.profile_cells
+        held = (cells.nbytes if cells is not None else 0) + (
+            profile_cells.nbytes if profile_cells is not None else 0
+        )
         return {
             "profiles": counts.profiles,
             "profiles_from_cells": counts.from_cells,
             "cells": len(cells) if cells is not None else 0,
-            "cells_bytes": cells.nbytes if cells is not None else 0,
+            "cells_bytes": held,
         }
 
 
