@@ -658,9 +658,12 @@ class DoubleForest:
         if costs is not None and not costs.cells_turn():
             return "forest", costs, None
         boxes = [self.dims.filter_box(c, grow=False) for c in conjs]
+        built = pre.profile_cells
         profile_cells = self._profile_cells(pre, cells.grid)
         if None in boxes or profile_cells is None:  # (a column no subscription has: the forest)
             return "forest", costs, None
+        if profile_cells is not built:
+            costs = None  # (a batch that built them measures the build, not the cells)
         filter_lo, filter_hi = self.dims.matrix([b for b, _ in boxes], FILTER_FILL)
         exact_box = np.array([e for _, e in boxes], dtype=bool)
         covers, start, end = np.array([q[1:] for q in queries], dtype=float).reshape(-1, 3).T
