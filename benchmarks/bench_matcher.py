@@ -35,7 +35,7 @@ from typing import Any
 
 from benchmarks.baselines import Contender, Keys, key_set
 from benchmarks.contenders import CONTENDERS
-from benchmarks.report import DOCS_DIR, RESULTS_DIR
+from benchmarks.report import BASELINE, DOCS_DIR, RESULTS_DIR
 from benchmarks.workloads import KINDS, build
 from matcher.boxes import Dims
 from matcher.constraints import Atom, Conjunction, predicate_of
@@ -67,6 +67,7 @@ class Plan:
     deletes: int  # at most this many deletions per side (and at most a tenth)
     budget_s: float  # per contender and phase
     memory_upto: int  # sizes up to this one also get a traced build for memory
+    contenders: tuple[str, ...] = tuple(CONTENDERS)
 
 
 FULL = Plan(KINDS, (1_000, 10_000, 100_000, 1_000_000), 1000, 1000, 150.0, 100_000)
@@ -313,7 +314,8 @@ def run_size(run: Run, data: Data, n: int) -> None:
     del_profiles = [k for k, _ in rng.sample(profiles, n_del)]
     what = f"{data.kind} n={n}"
     built: dict[str, tuple[dict, Contender]] = {}
-    for name, make in CONTENDERS.items():
+    for name in plan.contenders:
+        make = CONTENDERS[name]
         row: dict[str, Any] = {
             "workload": data.kind,
             "size": n,
@@ -506,15 +508,19 @@ def main(
     sizes: tuple[int, ...] | None = None,
     workloads: tuple[str, ...] | None = None,
     budget_s: float | None = None,
+    contenders: tuple[str, ...] | None = None,
 ) -> int:
     from benchmarks import report
 
     plan = QUICK if quick else FULL
+    if contenders:  # (every answer is checked against the scan's)
+        contenders = tuple(dict.fromkeys([BASELINE, *contenders]))
     plan = replace(
         plan,
         sizes=sizes or plan.sizes,
         workloads=workloads or plan.workloads,
         budget_s=budget_s or plan.budget_s,
+        contenders=contenders or plan.contenders,
     )
     json_path = json_path or DEFAULT_JSON
     command = "tsm bench matcher" + (" --quick" if quick else "")
@@ -524,6 +530,8 @@ def main(
         command += " --workloads " + ",".join(workloads)
     if budget_s:
         command += f" --budget {budget_s:g}"
+    if contenders:
+        command += " --contenders " + ",".join(contenders[1:])
     if json_path == DOCS_JSON:
         command += " --write-docs"
     elif json_path != DEFAULT_JSON:

@@ -27,6 +27,12 @@ options passed to every Kafka client as `kafka.<key>`):
     [kafka]
     security.protocol = "SASL_SSL"      # librdkafka's names; true/false, numbers as such
 
+    [preload]                           # preloaded cells per space (`matcher.preload`)
+    enabled = true
+    budget_mib = 512                    # memory the cells of one space (or shard) hold at most
+    attributes = ["lat", "lon"]         # the grid's attributes; default: chosen from the
+                                        # live subscriptions
+
 The watermark is the smallest, over the input partitions (every partition of
 both topics), of the largest ts read from each, less `lateness_ms`; a batch
 under `max_records_per_trigger` takes from each partition its records up to a
@@ -66,6 +72,7 @@ from pathlib import Path
 from typing import Any
 
 from connectors.config import Topics
+from matcher.preload import settings as preload_settings
 from matcher.sharding import Sharding, ShardSpec
 from matcher.times import MAX_LATENESS_MS
 from streaming.placement import cell_names
@@ -93,6 +100,7 @@ class JobConfig:
     topics: Topics = field(default_factory=Topics)
     sharding: dict[str, dict[str, Any]] = field(default_factory=dict)
     kafka: dict[str, str] = field(default_factory=dict)
+    preload: dict[str, Any] = field(default_factory=dict)  # `preload_settings.from_table`'s
 
     def with_overrides(self, **values: Any) -> JobConfig:
         """A copy with every non-None value of `values` set (command-line flags win)."""
@@ -123,7 +131,7 @@ class JobConfig:
         return config
 
 
-_TABLES = ("topics", "sharding", "kafka")
+_TABLES = ("topics", "sharding", "kafka", "preload")
 _KINDS = {str: "a string", int: "a whole number", bool: "true or false"}
 
 
@@ -160,6 +168,10 @@ def load_config(path: str | Path | None) -> JobConfig:
         values["topics"] = Topics.from_mapping(values.get("topics"))
     except (ValueError, TypeError) as exc:
         raise ConfigError(f"{path}: [topics]: {exc}") from None
+    try:
+        values["preload"] = preload_settings.from_table(values.get("preload", {}))
+    except ValueError as exc:
+        raise ConfigError(f"{path}: [preload]: {exc}") from None
     for space, spec in values.get("sharding", {}).items():
         if not isinstance(spec, dict):
             raise ConfigError(f"{path}: [sharding.{space}] must be a table")

@@ -129,7 +129,13 @@ def matched_stream(spark: SparkSession, config: JobConfig, metrics: Any) -> Data
     decoded = raw.select(*columns).mapInArrow(DecodeStage(topics, sharding), DECODED_DDL)
     keyed = decoded.withWatermark("ets", f"{config.lateness_ms} milliseconds").drop("ets")
     processor = MatchProcessor(
-        topics, sharding, config.lateness_ms, config.snapshot_every, metrics, direct_output(config)
+        topics,
+        sharding,
+        config.lateness_ms,
+        config.snapshot_every,
+        metrics,
+        direct_output(config),
+        config.preload,
     )
     return keyed.groupBy("skey").transformWithStateInPandas(
         processor, OUTPUT_DDL, outputMode="Append", timeMode="EventTime"

@@ -1,9 +1,11 @@
 """Per-batch metrics of the running job, and the flag that stops it between batches.
 
 Spark's progress reports rows and state-store sizes; what only the
-processor knows (matches, dead letters, late records, cache hits, timers)
-travels back in one accumulator of counters, which the driver reads after
-each batch and reports as the batch's difference. The live subscription and
+processor knows (matches, dead letters, late records, cache hits, timers,
+the profiles its preloaded cells answered, `matcher.preload`) travels back in
+one accumulator of counters, which the driver reads after each batch and
+reports as the batch's difference. `cells_bytes` is a sum over the keys a
+batch ran: the memory their preloaded cells hold after it. The live subscription and
 profile counts are gauges: the processor sends their changes, and the
 starting point is summed from the checkpoint's state (`live_counts`).
 
@@ -34,6 +36,9 @@ COUNTERS = (
     "cache_catch_ups",
     "cache_misses",
     "snapshots",
+    "profiles_asked",
+    "profiles_from_cells",
+    "cells_bytes",
 )
 GAUGES = ("subscriptions", "profiles")
 BATCH_LOG = logging.getLogger(f"{__name__}.batches")
@@ -74,6 +79,7 @@ def batch_summary(
     """One flat record of a batch: Spark's progress, this batch's counters, the live gauges."""
     state = progress.get("stateOperators") or [{}]
     hits, misses = counters.get("cache_hits", 0), counters.get("cache_misses", 0)
+    asked, from_cells = counters.get("profiles_asked", 0), counters.get("profiles_from_cells", 0)
     return {
         "batch": progress.get("batchId"),
         "input_rows": progress.get("numInputRows", 0),
@@ -83,6 +89,7 @@ def batch_summary(
         "watermark": from_spark_text((progress.get("eventTime") or {}).get("watermark")),
         **{name: counters.get(name, 0) for name in COUNTERS},
         "cache_hit_rate": round(hits / (hits + misses), 3) if hits + misses else None,
+        "from_cells_share": round(from_cells / asked, 3) if asked else None,
         **{f"live_{name}": live.get(name, 0) for name in GAUGES},
         "state_rows": sum(op.get("numRowsTotal", 0) for op in state),
         "state_bytes": sum(op.get("memoryUsedBytes", 0) for op in state),

@@ -29,6 +29,7 @@ from matcher.admission import in_order, late_letter, unpack_record
 from matcher.encoding import encode
 from matcher.engine import SpaceMatcher
 from matcher.events import MatchWriter
+from matcher.preload import settings as preload_settings
 from matcher.records import Source
 from matcher.sharding import Sharding
 from streaming.decode_stage import DEAD_LETTER_KEY
@@ -96,8 +97,10 @@ class MatchProcessor(StatefulProcessor):
         snapshot_every: int,
         metrics: Any,
         direct: dict[str, object] | None = None,
+        preload: dict[str, Any] | None = None,
     ) -> None:
         self.direct = direct
+        self.preload = preload or {}  # `matcher.preload.settings` values, set in `init`
         self.matches_topic = topics.matches
         self.deadletter_topic = topics.deadletter
         self.sharding = sharding
@@ -106,6 +109,7 @@ class MatchProcessor(StatefulProcessor):
         self.metrics = metrics  # an accumulator of counters (streaming.listener.Counters)
 
     def init(self, handle: StatefulProcessorHandle) -> None:
+        preload_settings.configure(**self.preload)  # (the worker's own process)
         self.handle = handle
         self.state = MatcherStore(handle, self.sharding, self.snapshot_every)
 
@@ -182,6 +186,10 @@ class MatchProcessor(StatefulProcessor):
         self._move_timer(matcher, meta)
         self.state.save(skey, matcher, meta, counts)
         counts["matches"] = matches
+        cells = matcher.forest.preload_counts()
+        counts["profiles_asked"] = cells["profiles"]
+        counts["profiles_from_cells"] = cells["profiles_from_cells"]
+        counts["cells_bytes"] = cells["cells_bytes"]
         self.metrics.add(counts)
 
     def _move_timer(self, matcher: SpaceMatcher, meta: Meta) -> None:

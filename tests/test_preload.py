@@ -18,13 +18,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from matcher.constraints import Atom, predicate_of
+from matcher.constraints import Atom, Conjunction, predicate_of
 from matcher.double_forest import DoubleForest
 from matcher.engine import Engine
 from matcher.preload import grid as preload_grid
 from matcher.preload import preloader
 from matcher.preload.grid import Grid
 from matcher.profiles import Profile
+from matcher.where import parse_where
 from tests import layouts, oracle
 from tests.test_engine_properties import (
     PROPS,
@@ -389,3 +390,243 @@ def test_space_matcher_with_cells_queries_invariants_and_snapshots(
     expiries with cells forced on, against the oracle."""
     with layouts.preload(True):
         _space_matcher_against_oracle(workload, probe_profiles, probe_subs, window, cut)
+
+
+# -- the cells against the forest without them, under churn and expiry --------
+
+# Selectors whose boxes are only necessary conditions (IS NULL, computed tests):
+# a cell must never take them without their exact test.
+RESIDUAL_WHERE = (
+    "x BETWEEN {a} AND {b} AND kind IS NULL",
+    "x + y BETWEEN {a} AND {b}",
+    "x - y < {a} AND x BETWEEN {a} AND {b}",
+    "y BETWEEN {a} AND {b} AND NOT (kind = 'bus')",
+)
+
+
+@st.composite
+def selector(draw) -> list[Conjunction]:
+    """A predicate of `filters()`, or one of the residual selectors."""
+    if draw(st.integers(0, 3)):
+        return predicate_of(draw(filters()))
+    a = draw(st.integers(0, 16))
+    text = draw(st.sampled_from(RESIDUAL_WHERE)).format(a=a, b=a + draw(st.integers(0, 9)))
+    return predicate_of(parse_where(text))
+
+
+LIFETIME = st.tuples(st.integers(0, 40), st.integers(0, 60)).map(lambda t: (t[0], t[0] + t[1]))
+CHURN = st.lists(
+    st.one_of(
+        st.tuples(st.just("subscribe"), st.integers(0, 30), selector(), st.booleans(), LIFETIME),
+        st.tuples(st.just("unsubscribe"), st.integers(0, 30)),
+        st.tuples(st.just("publish"), st.integers(0, 20), profile_attrs(), LIFETIME),
+        st.tuples(st.just("retract"), st.integers(0, 20)),
+        st.tuples(st.just("advance"), st.integers(1, 15)),
+        st.tuples(
+            st.just("probe"),
+            st.lists(st.tuples(profile_attrs(), st.integers(0, 20)), min_size=1, max_size=12),
+        ),
+        st.tuples(
+            st.just("ask"),
+            st.lists(st.tuples(selector(), st.booleans(), st.integers(0, 20)), max_size=6),
+        ),
+    ),
+    min_size=1,
+    max_size=50,
+)
+
+
+class _Twins:
+    """The same changes applied to a DoubleForest with cells (forced on, within
+    `budget`) and to one without; every query asked of both. Both take the same
+    slots, so their answers compare slot for slot."""
+
+    def __init__(self, budget: int) -> None:
+        self.budget = budget
+        with self.cells():
+            self.with_cells = DoubleForest()
+        self.plain = DoubleForest()
+        self.subs: dict[int, tuple[int, float]] = {}  # id -> (slot, valid_to)
+        self.profiles: dict[int, tuple[int, float]] = {}
+        self.now = 0.0
+
+    def cells(self):
+        return layouts.preload(True, budget_bytes=self.budget)
+
+    def both(self, call) -> tuple:
+        with self.cells():
+            mine = call(self.with_cells)
+        with layouts.preload(False):
+            theirs = call(self.plain)
+        return mine, theirs
+
+    def subscribe(self, ident, conjs, covers, lifetime) -> None:
+        self.unsubscribe(ident)
+        start, end = self.now + lifetime[0], self.now + lifetime[1]
+        slots = self.both(lambda df: df.add_subscription(ident, conjs, covers, start, end))
+        assert slots[0] == slots[1]
+        self.subs[ident] = (slots[0], end)
+
+    def unsubscribe(self, ident) -> None:
+        if ident in self.subs:
+            slot, _ = self.subs.pop(ident)
+            self.both(lambda df: df.remove_subscription(slot))
+
+    def publish(self, ident, profile, lifetime) -> None:
+        self.retract(ident)
+        start, end = self.now + lifetime[0], self.now + lifetime[1]
+        slots = self.both(lambda df: df.add_profile(ident, profile, start, end))
+        assert slots[0] == slots[1]
+        self.profiles[ident] = (slots[0], end)
+
+    def retract(self, ident) -> None:
+        if ident in self.profiles:
+            slot, _ = self.profiles.pop(ident)
+            self.both(lambda df: df.remove_profile(slot))
+
+    def advance(self, by: float) -> None:
+        """Time moves on: what ended before now expires (SEMANTICS §3), as the
+        engine evicts it."""
+        self.now += by
+        for ident in [i for i, (_, end) in self.subs.items() if end < self.now]:
+            self.unsubscribe(ident)
+        for ident in [i for i, (_, end) in self.profiles.items() if end < self.now]:
+            self.retract(ident)
+
+    def probe(self, batch: list[tuple[Profile, float]]) -> None:
+        profiles = [p for p, _ in batch]
+        windows = [(self.now, self.now + w) for _, w in batch]
+        mine, theirs = self.both(lambda df: df.match_profiles(profiles, windows))
+        assert (mine[0] == theirs[0]).all(), "pairs grouped by query otherwise"
+        assert _pairs(*mine) == _pairs(*theirs)
+        mine, theirs = self.both(lambda df: df.match_profiles_grouped(profiles, windows))
+        assert [sorted(g.tolist()) for g in mine] == [sorted(g.tolist()) for g in theirs]
+
+    def ask(self, queries: list[tuple[list[Conjunction], bool, float]]) -> None:
+        asked = [(conjs, covers, self.now, self.now + w) for conjs, covers, w in queries]
+        mine, theirs = self.both(lambda df: df.match_subscriptions(asked))
+        assert (mine[0] == theirs[0]).all(), "pairs grouped by query otherwise"
+        assert _pairs(*mine) == _pairs(*theirs)
+
+
+def _pairs(queries: np.ndarray, slots: np.ndarray) -> list[tuple[int, int]]:
+    return sorted(zip(queries.tolist(), slots.tolist(), strict=True))
+
+
+@settings(max_examples=150, deadline=None, print_blob=True)
+@given(CHURN, st.sampled_from((1 << 30, 6_000)))
+def test_cells_answer_as_the_forest_under_churn_and_expiry(steps, budget):
+    """Subscriptions (residual selectors among them) and profiles come, change,
+    go and expire as time moves on; every probe and subscription query answers
+    with cells exactly as the forest without them does, pairs grouped by query
+    alike, windows and lifetimes tested; the cells' invariants hold after."""
+    twins = _Twins(budget)
+    for step in steps:
+        kind, args = step[0], step[1:]
+        if kind == "subscribe":
+            twins.subscribe(*args)
+        elif kind == "unsubscribe":
+            twins.unsubscribe(*args)
+        elif kind == "publish":
+            ident, attrs, lifetime = args
+            twins.publish(ident, _profile(attrs), lifetime)
+        elif kind == "retract":
+            twins.retract(*args)
+        elif kind == "advance":
+            twins.advance(*args)
+        elif kind == "probe":
+            twins.probe([(_profile(attrs), w) for attrs, w in args[0]])
+        elif args[0]:
+            twins.ask(args[0])
+    with twins.cells():
+        twins.with_cells.check_invariants()
+
+
+# -- settings and reports -----------------------------------------------------
+
+
+def test_the_preload_table_of_tsm_toml_sets_the_budget_and_attributes(tmp_path):
+    """`[preload]` names the grid's attributes and bounds the cells' memory; a
+    wrong key or kind is refused with the setting named."""
+    from matcher.preload import settings as preload_settings
+    from streaming.config import ConfigError, load_config
+
+    path = tmp_path / "tsm.toml"
+    path.write_text('[preload]\nbudget_mib = 64\nattributes = ["lat", "lon"]\n')
+    config = load_config(path)
+    assert config.preload == {"budget_bytes": 64 << 20, "attributes": ("lat", "lon")}
+    with preload_settings.configured(**config.preload) as now:
+        assert now.budget_bytes == 64 << 20 and now.attributes == ("lat", "lon")
+    for text, named in (
+        ("[preload]\nbudget = 64\n", "budget"),
+        ("[preload]\nbudget_mib = 0\n", "budget_mib"),
+        ('[preload]\nattributes = "lat"\n', "attributes"),
+    ):
+        path.write_text(text)
+        with pytest.raises(ConfigError, match=rf"\[preload\].*{named}"):
+            load_config(path)
+
+
+def test_the_processor_counts_profiles_answered_from_cells():
+    """Each batch's counters carry the profiles asked, those the cells answered
+    and the cells' memory after it (the progress log's share and bytes)."""
+    from tests.test_streaming_state import _halves, _processor, _Timer
+
+    rng = np.random.default_rng(4)
+    subs = []
+    for i in range(300):
+        x, y = rng.uniform(0, 90, 2).round(1)
+        subs.append(
+            {
+                "op": "subscribe",
+                "id": f"s{i}",
+                "space": "city",
+                "subscriber": "u",
+                "where": f"x BETWEEN {x} AND {x + 10} AND y BETWEEN {y} AND {y + 10}",
+                "ts": 1,
+            }
+        )
+    profiles = [
+        {"op": "publish", "id": f"p{i}", "space": "city", "ts": 2, "attrs": {"x": x, "y": y}}
+        for i, (x, y) in enumerate(rng.uniform(0, 100, (200, 2)).round(2).tolist())
+    ]
+    with layouts.preload(True):
+        processor, _, metrics = _processor(10_000)
+        for kind, rows in (("subscription", subs), ("profile", profiles), ("profile", profiles)):
+            list(processor.handleInputRows(("city",), iter(_halves(kind, rows)), _Timer(0)))
+    last = metrics.seen[-1]
+    asked = last["profiles_asked"]
+    assert asked >= len(profiles) and last["profiles_from_cells"] > asked // 2
+    assert last["cells_bytes"] > 0
+    from streaming.listener import batch_summary
+
+    line = batch_summary({}, last, {})
+    assert line["from_cells_share"] == round(last["profiles_from_cells"] / asked, 3)
+
+
+def test_a_snapshot_carries_no_cells():
+    """The codec's snapshot of a matcher whose cells are filled names nothing of
+    `matcher.preload`; the loaded matcher starts without cells and answers the
+    same, filling them again."""
+    import pickletools
+
+    import zstandard
+
+    from matcher.engine import SpaceMatcher
+    from streaming.state.codec import MAGIC, dump_snapshot, load_snapshot
+
+    with layouts.preload(True):
+        space = SpaceMatcher("city")
+        space.forest, _, profiles = _tracking_like(1500)
+        intervals = [(0, OPEN)] * len(profiles)
+        before = space.forest.match_profiles_grouped(profiles, intervals)
+        assert len(preloader.peek(space.forest).cells)
+        blob = dump_snapshot(space)
+        raw = zstandard.ZstdDecompressor().decompress(blob[len(MAGIC) + 2 :])
+        names = {arg for _, arg, _ in pickletools.genops(raw) if isinstance(arg, str)}
+        assert "matcher.double_forest" in names and not any("preload" in n for n in names)
+        loaded = load_snapshot(blob).forest
+        assert preloader.peek(loaded) is None
+        after = loaded.match_profiles_grouped(profiles, intervals)
+        assert [sorted(a.tolist()) for a in after] == [sorted(b.tolist()) for b in before]
+        assert len(preloader.peek(loaded).cells)

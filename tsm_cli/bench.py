@@ -69,6 +69,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--workloads", type=_workloads, metavar="KIND,…", help="workloads instead of the plan's"
     )
     bench.add_argument(
+        "--contenders",
+        type=_contenders,
+        metavar="NAME,…",
+        help="matcher: contenders instead of all of them (brute-force is always one: "
+        "every answer is checked against it)",
+    )
+    bench.add_argument(
         "--budget",
         type=seconds,
         metavar="SECONDS",
@@ -116,6 +123,8 @@ def _gen(args: argparse.Namespace) -> int:
 def _bench(args: argparse.Namespace) -> int:
     if args.budget is not None and args.target != "matcher":
         raise CliError("--budget is for `tsm bench matcher` (the pipeline has its plan's budgets)")
+    if args.contenders is not None and args.target != "matcher":
+        raise CliError("--contenders is for `tsm bench matcher`")
     try:
         module = importlib.import_module(f"benchmarks.bench_{args.target}")
     except ModuleNotFoundError as exc:
@@ -133,7 +142,9 @@ def _bench(args: argparse.Namespace) -> int:
         size = args.sizes[0] if args.sizes else None
         command = "tsm bench " + " ".join(sys.argv[2:] if len(sys.argv) > 2 else ["routing"])
         return module.main(args.quick, args.results, args.write_docs, args.workloads, size, command)
-    return module.main(args.quick, json_path, args.sizes, args.workloads, args.budget)
+    return module.main(
+        args.quick, json_path, args.sizes, args.workloads, args.budget, args.contenders
+    )
 
 
 def _sizes(text: str) -> tuple[int, ...]:
@@ -144,6 +155,18 @@ def _sizes(text: str) -> tuple[int, ...]:
     if any(n < 10 for n in sizes):
         raise argparse.ArgumentTypeError("every size must be at least 10")
     return tuple(sorted(set(sizes)))
+
+
+def _contenders(text: str) -> tuple[str, ...]:
+    from benchmarks.contenders import CONTENDERS
+
+    names = tuple(dict.fromkeys(["brute-force", *text.split(",")]))
+    unknown = [n for n in names if n not in CONTENDERS]
+    if unknown:
+        raise argparse.ArgumentTypeError(
+            f"unknown contender {unknown[0]!r}: choose from {', '.join(CONTENDERS)}"
+        )
+    return names
 
 
 def _workloads(text: str) -> tuple[str, ...]:

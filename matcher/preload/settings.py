@@ -43,6 +43,38 @@ class PreloadSettings:
 
 
 _CURRENT = PreloadSettings()
+# `tsm.toml`'s [preload] table: key -> (type, the field it sets, the factor to its unit)
+TABLE_KEYS: dict[str, tuple[type, str, int]] = {
+    "enabled": (bool, "enabled", 1),
+    "budget_mib": (int, "budget_bytes", MIB),
+    "attributes": (list, "attributes", 1),
+}
+
+
+def from_table(table: dict[str, Any]) -> dict[str, Any]:
+    """The `PreloadSettings` values a `[preload]` table sets (`configure`'s
+    arguments); ValueError naming the key that is unknown or of a wrong kind.
+    O(keys)."""
+    values: dict[str, Any] = {}
+    for key, value in table.items():
+        if key not in TABLE_KEYS:
+            raise ValueError(f"unknown key {key!r} (known: {', '.join(TABLE_KEYS)})")
+        kind, name, unit = TABLE_KEYS[key]
+        if type(value) is not kind:
+            raise ValueError(f"{key} must be {_KINDS[kind]}, got {value!r}")
+        if kind is list:
+            if not all(isinstance(v, str) and v for v in value):
+                raise ValueError(f"{key} must be a list of attribute names, got {value!r}")
+            value = tuple(value)
+        elif kind is int:
+            if value <= 0:
+                raise ValueError(f"{key} must be positive, got {value!r}")
+            value *= unit
+        values[name] = value
+    return values
+
+
+_KINDS = {bool: "true or false", int: "a whole number", list: "a list of attribute names"}
 
 
 def current() -> PreloadSettings:
