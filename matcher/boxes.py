@@ -18,7 +18,7 @@ import sys
 
 import numpy as np
 
-from matcher.constraints import BOOL, NUM, STR, Conjunction, Constraint
+from matcher.constraints import BOOL, NUM, STR, TAGS, Conjunction, Constraint
 from matcher.profiles import Profile
 
 MAX = sys.float_info.max
@@ -106,6 +106,8 @@ class Dims:
         columns = self.columns
         for attr, value in profile.attrs.items():
             kind = NUM if isinstance(value, tuple) else BOOL if isinstance(value, bool) else STR
+            if isinstance(value, frozenset):
+                kind = TAGS  # (a tag set: its column says only that it is there)
             col = columns.get((attr, kind))
             if col is None:
                 if not grow:
@@ -115,6 +117,8 @@ class Dims:
                 bounds[col] = value
             elif kind == BOOL:
                 bounds[col] = (float(value), float(value))
+            elif kind == TAGS:
+                bounds[col] = (0.0, 0.0)
             else:
                 code = self.codes.get(value)
                 if code is None:

@@ -17,6 +17,7 @@ import numpy as np
 
 from matcher.boxes import FILTER_FILL, PROFILE_FILL, Dims
 from matcher.constraints import Conjunction
+from matcher.engines.gated import GatedFilters
 from matcher.forest import Forest
 from matcher.forest.arrays import Ids, Mask
 from matcher.forest.list_store import ELEMENT, SLICE_RUN, grown, run_positions
@@ -60,7 +61,8 @@ class DoubleForest:
     """Held subscriptions and profiles, each in a covering forest.
 
     Invariants: each held subscription has one entry per conjunction, on the
-    node of that conjunction in `sub_forest`, carrying its slot; the entry
+    node of that conjunction in `sub_forest`, carrying its slot (or, for a
+    conjunction with pattern tests, held by `gated`); the entry
     arrays (`entry_slot`, `entry_covers`, `entry_from`, `entry_to`) describe
     it, and a free entry's interval is ALWAYS (it lets every query past, so
     batch-wide tests need not exclude it). Each held profile is either in the
@@ -91,6 +93,8 @@ class DoubleForest:
         # tracked object's every report) is not indexed until one asks, and what
         # expires or is replaced before that never is.
         self._unindexed: dict[int, Profile] = {}
+        # Filters with pattern tests (MATCHES, TOPIC, HAS, XPATH): their tests indexed.
+        self.gated = GatedFilters(codes)
         self.subs = _Slots()
         self.profiles = _Slots()
         self.sub_entries: list[list[int]] = []  # slot -> its entry ids (one per disjunct)
@@ -122,7 +126,10 @@ class DoubleForest:
         entries = []
         for conj in conjunctions:
             entry = self._new_entry(slot, covers, valid_from, valid_to)
-            self.sub_forest.add(conj, partial(self.dims.filter_box, conj), entry, slot)
+            if conj.pattern_tests:
+                self.gated.add(entry, conj, covers=covers)
+            else:
+                self.sub_forest.add(conj, partial(self.dims.filter_box, conj), entry, slot)
             entries.append(entry)
         self.sub_entries[slot] = entries
         self.multi_disjunct += len(entries) > 1
@@ -152,7 +159,10 @@ class DoubleForest:
         if entries and self.entry_covers[entries[0]]:
             self.covers_entries -= len(entries)
         for entry in self.sub_entries[slot]:
-            self.sub_forest.discard(entry)
+            if entry in self.gated.held:
+                self.gated.discard(entry)
+            else:
+                self.sub_forest.discard(entry)
             self.entry_free.append(entry)
             self.entry_from[entry], self.entry_to[entry] = ALWAYS  # lets every query past
 
@@ -198,8 +208,22 @@ class DoubleForest:
 
     def match_profiles(self, profiles: list[Profile], intervals: list[Interval]) -> tuple[Ids, Ids]:
         """Profiles (held or not) against the subscriptions: (query index, sub
-        slot), sorted by query index. One descent of the subscription forest,
-        then O(entry pairs) to test their intervals."""
+        slot), sorted by query index. `_match_forest`, and `GatedFilters.match`
+        where filters have pattern tests, then O(their pairs) to test intervals."""
+        queries, subs = self._match_forest(profiles, intervals)
+        if not len(self.gated) or not profiles:
+            return queries, subs
+        gated_queries, entries, covers = self.gated.match(profiles)
+        span = np.asarray(intervals, dtype=float).reshape(-1, 2).T
+        keep = _within(span, gated_queries, entries, self.entry_from, self.entry_to)
+        keep &= ~np.take(self.entry_covers, entries) | covers
+        queries = np.concatenate([queries, gated_queries[keep]])
+        subs = np.concatenate([subs, np.take(self.entry_slot, entries[keep])])
+        return _unique_pairs(queries, subs, needed=True)
+
+    def _match_forest(self, profiles: list[Profile], intervals: list[Interval]) -> tuple[Ids, Ids]:
+        """`match_profiles` of the subscription forest's entries. One descent of
+        the forest, then O(entry pairs) to test their intervals."""
         if not profiles or not len(self.sub_forest):
             return _NO_PAIRS
         forest = self.sub_forest
@@ -240,11 +264,11 @@ class DoubleForest:
         copied from those in query order.
         """
         n = len(profiles)
-        if not n or not len(self.sub_forest):
+        if not n or not (len(self.sub_forest) or len(self.gated)):
             return [_EMPTY if slot_map is None else slot_map[:0] for _ in range(n)]
         span = np.asarray(intervals, dtype=float).reshape(-1, 2).T
         held = self.n_entries
-        simple = not self.covers_entries and not self.multi_disjunct
+        simple = not self.covers_entries and not self.multi_disjunct and not len(self.gated)
         if not (simple and _all_within(span, self.entry_from[:held], self.entry_to[:held])):
             queries, subs = self.match_profiles(profiles, intervals)
             return _split(n, queries, subs, slot_map)
@@ -330,6 +354,7 @@ class DoubleForest:
         """Both forests' (`Forest.check_invariants`). For tests."""
         self.sub_forest.check_invariants()
         self.profile_forest.check_invariants()
+        self.gated.check_invariants()
 
 
 def _expand_entries(
