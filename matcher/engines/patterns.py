@@ -134,7 +134,9 @@ def topic_covers(wide: tuple[str, ...], narrow: tuple[str, ...]) -> bool:
         if i >= len(narrow):
             return False
         theirs = narrow[i]
-        if theirs == "#" or (level != "+" and (theirs == "+" or theirs != level)):
+        if theirs == "#":  # (at the first level, `+/#` is `#`: a topic has a level)
+            return i == 0 and level == "+" and wide[1:] == ("#",)
+        if level != "+" and (theirs == "+" or theirs != level):
             return False
     return len(narrow) == len(wide)
 
