@@ -217,9 +217,14 @@ class DoubleForest:
         span = np.asarray(intervals, dtype=float).reshape(-1, 2).T
         keep = _within(span, gated_queries, entries, self.entry_from, self.entry_to)
         keep &= ~np.take(self.entry_covers, entries) | covers
+        if not len(queries):
+            return gated_queries[keep], np.take(self.entry_slot, entries[keep])
         queries = np.concatenate([queries, gated_queries[keep]])
         subs = np.concatenate([subs, np.take(self.entry_slot, entries[keep])])
-        return _unique_pairs(queries, subs, needed=True)
+        if self.multi_disjunct:
+            return _unique_pairs(queries, subs, needed=True)
+        order = _grouping(queries)  # (each part is grouped by query already)
+        return queries[order], subs[order]
 
     def _match_forest(self, profiles: list[Profile], intervals: list[Interval]) -> tuple[Ids, Ids]:
         """`match_profiles` of the subscription forest's entries. One descent of

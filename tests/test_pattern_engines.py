@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from matcher.constraints import predicate_of
 from matcher.double_forest import DoubleForest
+from matcher.engine import SpaceMatcher
 from matcher.engines.pattern_index import ENGINES
 from matcher.engines.patterns import topic_covers, topic_levels
 from matcher.engines.regex_set import BASE, RegexSet
@@ -24,6 +25,7 @@ from matcher.filter_json import parse_filter
 from matcher.profiles import Profile
 from matcher.records import Source, decode
 from matcher.where import parse_where
+from streaming.state.codec import dump_snapshot, load_snapshot
 from tests import oracle, pattern_oracle
 from tests import selector_oracle as jms
 
@@ -298,3 +300,50 @@ def test_profiles_hold_tag_sets_and_parsed_xml():
 )
 def test_an_xpath_is_grouped_only_when_it_is_one_path_from_the_root(expression, path):
     assert leading_path(expression) == path
+
+
+def test_a_snapshot_keeps_the_pattern_tests_and_their_indexes():
+    """The state codec carries gated filters (RE2 sets are compiled again on
+    the copy's first match) and tag sets; the copy matches the same, and takes
+    new subscriptions into the same indexes."""
+    wheres = [
+        "s MATCHES '^a.c$'",
+        "s MATCHES 'b' AND x > 1",
+        "t TOPIC 'a/+/c/#' OR g HAS 'k=*'",
+        "d XPATH '/a/b[@c=\"1\"]' AND NOT (s MATCHES 'z')",
+        "g HAS 'x' AND t TOPIC '#'",
+    ]
+    subs = [
+        {"op": "subscribe", "id": f"s{i}", "space": "A", "subscriber": "u", "where": w, "ts": 1}
+        for i, w in enumerate(wheres)
+    ]
+    attrs = [
+        {"s": "abc", "x": 2},
+        {"s": "ab", "t": "a/b/c/d", "g": ["x"]},
+        {"d": '<a><b c="1"/></a>', "s": "y"},
+        {"g": ["k=2"], "t": "$s/c"},
+    ]
+    profiles = [
+        {"op": "publish", "id": f"p{i}", "space": "A", "attrs": a, "ts": 2, "valid_to": None}
+        for i, a in enumerate(attrs)
+    ]
+
+    def records(kind, rows):
+        return [decode(kind, json.dumps(r), Source("t", 0, i)) for i, r in enumerate(rows)]
+
+    matcher = SpaceMatcher("A")
+    matcher.apply_batch(records("subscription", subs[:3]))
+    matcher.apply_batch(records("profile", profiles[:1]))  # (compiles the RE2 sets)
+    copy = load_snapshot(dump_snapshot(matcher))
+    for m in (matcher, copy):
+        m.apply_batch(records("subscription", subs[3:]))
+    got = copy.apply_batch(records("profile", profiles))
+    assert got == matcher.apply_batch(records("profile", profiles))
+    pairs = {(e["subscription_id"], e["profile_id"]) for e in map(_event, got)}
+    assert pairs == {("s0", "p0"), ("s1", "p0"), ("s2", "p1"), ("s2", "p3"), ("s4", "p1")} | {
+        ("s3", "p2")
+    }
+
+
+def _event(item) -> dict:
+    return json.loads(item) if isinstance(item, bytes | str) else item

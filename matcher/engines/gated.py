@@ -28,8 +28,9 @@ class GatedFilters:
     """Subscription entries (the caller's ids) whose filters have pattern tests.
 
     Invariants: each held entry is in `held` with its gate, its test ids (in
-    `index`, counted once per entry) and its relation, and under its first
-    test id in `postings` (no posting set is empty); each gate is the forest
+    `index`, counted once per entry) and its relation; an entry of one test is
+    in `postings[test][gate]`, one of several tests in `several[first test]`
+    (no list or set there is empty); each gate is the forest
     entry (and value) of the node of its rest, `rests` and `gates` are inverse
     maps, and `gate_refs` counts the held entries per gate (each positive);
     `covers_entries` counts the held entries of `covers` subscriptions.
@@ -46,7 +47,9 @@ class GatedFilters:
         self.gate_refs: dict[int, int] = {}
         self._next_gate = 0
         self.held: dict[int, tuple[int, tuple[int, ...], bool]] = {}
-        self.postings: dict[int, set[int]] = {}
+        # test id -> gate -> the entries of one test (a list: `match` copies it whole)
+        self.postings: dict[int, dict[int, list[int]]] = {}
+        self.several: dict[int, set[int]] = {}  # first test id -> entries of several tests
         self.covers_entries = 0
 
     def __len__(self) -> int:
@@ -66,16 +69,27 @@ class GatedFilters:
         self.gate_refs[gate] += 1
         ids = tuple(self.index.add(test) for test in tests)
         self.held[entry] = (gate, ids, covers)
-        self.postings.setdefault(ids[0], set()).add(entry)
+        if len(ids) == 1:
+            self.postings.setdefault(ids[0], {}).setdefault(gate, []).append(entry)
+        else:
+            self.several.setdefault(ids[0], set()).add(entry)
         self.covers_entries += covers
 
     def discard(self, entry: int) -> None:
-        """Drop a held entry: the converse of `add`, at the same cost."""
+        """Drop a held entry: the converse of `add`, at the same cost but for
+        O(entries of its test and rest) to find it in their list."""
         gate, ids, covers = self.held.pop(entry)
-        posting = self.postings[ids[0]]
-        posting.discard(entry)
-        if not posting:
-            del self.postings[ids[0]]
+        if len(ids) == 1:
+            by_gate = self.postings[ids[0]]
+            by_gate[gate].remove(entry)
+            if not by_gate[gate]:
+                del by_gate[gate]
+                if not by_gate:
+                    del self.postings[ids[0]]
+        else:
+            self.several[ids[0]].discard(entry)
+            if not self.several[ids[0]]:
+                del self.several[ids[0]]
         for ident in ids:
             self.index.release(ident)
         self.covers_entries -= covers
@@ -108,25 +122,35 @@ class GatedFilters:
         pairs = zip(queries.tolist(), gates.tolist(), covers.tolist(), strict=True)
         for query, gate, cover in pairs:
             reached.setdefault(query, {})[gate] = cover
-        out_queries: list[int] = []
-        out_entries: list[int] = []
-        out_covers: list[bool] = []
-        held, postings = self.held, self.postings
-        for query, at_gates in reached.items():
+        # Runs of entries, each of one (query, gate): the entries copied list by list.
+        run_query: list[int] = []
+        run_cover: list[bool] = []
+        run_length: list[int] = []
+        entries: list[int] = []
+        held, postings, several = self.held, self.postings, self.several
+        for query in sorted(reached):
+            at_gates = reached[query]
             matched = self.index.matched(profiles[query].attrs)
             for ident in matched:
-                for entry in postings.get(ident, ()):
+                for gate, listed in postings.get(ident, {}).items():
+                    cover = at_gates.get(gate)
+                    if cover is not None:
+                        entries += listed
+                        run_query.append(query)
+                        run_cover.append(cover)
+                        run_length.append(len(listed))
+                for entry in several.get(ident, ()):
                     gate, ids, _ = held[entry]
                     cover = at_gates.get(gate)
-                    if cover is None or (len(ids) > 1 and not matched.issuperset(ids)):
-                        continue
-                    out_queries.append(query)
-                    out_entries.append(entry)
-                    out_covers.append(cover)
+                    if cover is not None and matched.issuperset(ids):
+                        entries.append(entry)
+                        run_query.append(query)
+                        run_cover.append(cover)
+                        run_length.append(1)
         return (
-            np.array(out_queries, dtype=np.int64),
-            np.array(out_entries, dtype=np.int64),
-            np.array(out_covers, dtype=bool),
+            np.repeat(np.array(run_query, dtype=np.int64), run_length),
+            np.array(entries, dtype=np.int64),
+            np.repeat(np.array(run_cover, dtype=bool), run_length),
         )
 
     def check_invariants(self) -> None:
@@ -135,4 +159,7 @@ class GatedFilters:
         assert set(self.gate_refs) == set(self.rests) == set(self.gates.values())
         for entry, (gate, ids, _) in self.held.items():
             assert gate in self.rests and all(i in self.index.tests for i in ids)
-            assert entry in self.postings[ids[0]]
+            if len(ids) == 1:
+                assert self.postings[ids[0]][gate].count(entry) == 1
+            else:
+                assert entry in self.several[ids[0]]
