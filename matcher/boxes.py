@@ -97,7 +97,9 @@ class Dims:
             lo = -MAX if constraint.lo is None else constraint.lo
             hi = MAX if constraint.hi is None else constraint.hi
             return lo, hi, not constraint.excluded
-        return -MAX, MAX, False  # string ranges and patterns: presence only
+        # Any string (or tag set): the column's presence says it all, exactly.
+        # String ranges and patterns: presence only, a necessary condition.
+        return -MAX, MAX, constraint == Constraint(constraint.type)
 
     def profile_box(self, profile: Profile, *, grow: bool = True) -> dict[int, tuple[float, float]]:
         """Bounds per column of the profile's attributes; without `grow`, only of

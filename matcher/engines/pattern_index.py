@@ -19,6 +19,8 @@ from matcher.engines.xpath_groups import XPathGroups
 
 
 class Engine(Protocol):
+    """An engine: `matches` answers each held id at most once."""
+
     def add(self, ident: int, pattern: str) -> None: ...
     def remove(self, ident: int) -> None: ...
     def matches(self, value: Any) -> list[int]: ...
@@ -47,7 +49,7 @@ class PatternIndex:
         self.tests: dict[int, PatternTest] = {}
         self.refs: dict[int, int] = {}
         self.engines: dict[tuple[str, str], Engine] = {}
-        self._next = 0
+        self.next_id = 0  # (every id so far is below it)
 
     def __len__(self) -> int:
         return len(self.tests)
@@ -57,8 +59,8 @@ class PatternIndex:
         one engine `add`."""
         ident = self.ids.get(test)
         if ident is None:
-            ident = self.ids[test] = self._next
-            self._next += 1
+            ident = self.ids[test] = self.next_id
+            self.next_id += 1
             self.tests[ident] = test
             self.refs[ident] = 0
             key = (test.attr, test.op)
@@ -83,12 +85,12 @@ class PatternIndex:
         if not len(engine):
             del self.engines[key]
 
-    def matched(self, attrs: dict[str, Any]) -> set[int]:
-        """The ids of the held tests that hold on a profile (`Profile.attrs`):
-        one engine pass per (attribute, operator) the profile has a value for."""
-        out: set[int] = set()
+    def matched(self, attrs: dict[str, Any]) -> list[int]:
+        """The ids of the held tests that hold on a profile (`Profile.attrs`),
+        each once: one engine pass per (attribute, operator) it has a value for."""
+        out: list[int] = []
         for (attr, _), engine in self.engines.items():
             value = attrs.get(attr)
             if value is not None:
-                out.update(engine.matches(value))
+                out += engine.matches(value)
         return out

@@ -3,11 +3,19 @@
 The patterns live in RE2 sets (`re2.Set`, unanchored: a match anywhere) of
 geometrically growing sizes, as in a log-structured merge tree: a new pattern
 joins the smallest level, and a level grown past its capacity is merged into
-the next one, compiled again. Matching a value runs each level's set once, a
-pass over the value per level (at most a handful), however many patterns
-there are; a removed pattern's id is dropped from the answers at once and
-from the sets at the next merge. Compiling is lazy: a level is compiled when
-a value is first matched after it changed.
+the next one, compiled again. Matching a value runs each level's sets once, a
+pass over the value per set (a handful), however many patterns there are; a
+removed pattern's id is dropped from the answers at once and from the sets at
+the next merge. Compiling is lazy: a level is compiled when a value is first
+matched after it changed.
+
+A level is compiled as sets of at most PART patterns (and a set RE2 cannot
+compile within its memory budget is split in two): RE2 matches with a DFA
+built as values are seen, whose states hold every pattern still in play, so
+one set per level is quickest, but a set of 100k patterns of five words
+exceeds a budget of 256 MB. Each set's memory (its program and the DFA's
+cache) is bounded by the budget; on this workload a level of 100k patterns
+took about 200 MB in all.
 """
 
 from __future__ import annotations
@@ -20,19 +28,19 @@ from matcher.engines.patterns import regex
 
 BASE = 256  # the smallest level's capacity; each next level holds GROWTH times more
 GROWTH = 8
+PART = 32768  # the most patterns in one RE2 set
 _OPTIONS = re2.Options()
 _OPTIONS.log_errors = False
-# RE2's memory budget for one set (its program and its DFA cache): a set of
-# 100k patterns of a few words compiles in well under it.
-_OPTIONS.max_mem = 512 << 20
+_OPTIONS.max_mem = 256 << 20  # RE2's memory budget for one set: its program and DFA cache
 
 
 class _Level:
     __slots__ = ("ids", "compiled")
 
     def __init__(self, ids: list[int]) -> None:
-        self.ids = ids  # pattern id per set index
-        self.compiled: Any = None  # the re2.Set, None until compiled
+        self.ids = ids
+        # (the ids of a part, its re2.Set) covering `ids` in order; None until compiled
+        self.compiled: list[tuple[list[int], Any]] | None = None
 
     def __reduce__(self) -> tuple:
         return _Level, (self.ids,)  # (a snapshot keeps the ids: RE2 sets do not pickle)
@@ -44,7 +52,7 @@ class RegexSet:
     Invariants: every live id is in `patterns` and in exactly one level
     (where dead ids, removed since the level was last compiled, may stay
     too); after an `add`, level k but the last holds at most BASE × GROWTH**k
-    ids; a level's `compiled` is None or matches its `ids` in order.
+    ids; a level's `compiled` is None or its parts hold its `ids` in order.
     """
 
     def __init__(self) -> None:
@@ -92,20 +100,31 @@ class RegexSet:
                 continue
             if level.compiled is None:
                 level.ids = [i for i in level.ids if i in live]
-                level.compiled = self._compile(level.ids)
-            hits = level.compiled.Match(value)
-            if hits:
-                ids = level.ids
-                out.extend(ids[h] for h in hits if ids[h] in live)
+                level.compiled = [
+                    part
+                    for at in range(0, len(level.ids), PART)
+                    for part in self._compile(level.ids[at : at + PART])
+                ]
+            for ids, compiled in level.compiled:
+                hits = compiled.Match(value)
+                if hits:
+                    out.extend(ids[h] for h in hits if ids[h] in live)
         return out
 
-    def _compile(self, ids: list[int]) -> Any:
-        """One RE2 set of the patterns of `ids`, in order. O(their length)."""
+    def _compile(self, ids: list[int]) -> list[tuple[list[int], Any]]:
+        """RE2 sets of the patterns of `ids`, in order: one, or the halves'
+        where RE2's budget does not hold it. O(their length)."""
         compiled = re2.Set.SearchSet(_OPTIONS)
         for i in ids:
             compiled.Add(self.patterns[i])
-        compiled.Compile()
-        return compiled
+        try:
+            compiled.Compile()
+        except re2.error:
+            if len(ids) == 1:
+                raise
+            half = len(ids) // 2
+            return self._compile(ids[:half]) + self._compile(ids[half:])
+        return [(ids, compiled)]
 
     def loop(self, value: str) -> list[int]:
         """The same answer from each compiled pattern in turn: O(patterns)
