@@ -36,7 +36,7 @@ from typing import Any
 from benchmarks.baselines import Contender, Keys, key_set
 from benchmarks.contenders import CONTENDERS
 from benchmarks.report import BASELINE, DOCS_DIR, RESULTS_DIR
-from benchmarks.workloads import KINDS, build
+from benchmarks.workloads import KINDS, PATTERN_KINDS, build
 from matcher.boxes import Dims
 from matcher.constraints import Atom, Conjunction, predicate_of
 from matcher.preload import settings as preload_settings
@@ -536,6 +536,15 @@ def main(
         command += " --write-docs"
     elif json_path != DEFAULT_JSON:
         command += f" --json {json_path}"
+    patterns = tuple(k for k in plan.workloads if k in PATTERN_KINDS)
+    if patterns:
+        from benchmarks import bench_patterns
+
+        out = json_path.with_name("patterns.json") if json_path != DEFAULT_JSON else None
+        bench_patterns.main(quick, out, sizes, patterns, command)
+        plan = replace(plan, workloads=tuple(k for k in plan.workloads if k not in patterns))
+        if not plan.workloads:
+            return 0
     run = Run(plan, log.info)
     started = time.time()
     for kind in plan.workloads:

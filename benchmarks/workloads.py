@@ -19,6 +19,9 @@ from pathlib import Path
 from typing import Any
 
 KINDS = ("uniform", "nested", "siena", "tracking")
+# String workloads of the pattern tests (`tsm bench matcher` times them apart: the
+# box baselines cannot run them).
+PATTERN_KINDS = ("topics", "regex", "xpath")
 BASE_TS = 1_700_000_000_000  # epoch ms: 2023-11-14T22:13:20Z
 DIMS = ("x", "y", "z", "w")
 SPAN = 1000.0
@@ -26,7 +29,7 @@ PROGRESS_EVERY = 10_000  # records written between two calls of `write`'s progre
 VEHICLE_KINDS = ("bus", "tram", "car", "truck", "bike", "taxi", "van", "train", "ferry", "metro")
 
 Atom = tuple[str, str, Any]  # (attr, op, value); `between` takes (lo, hi)
-Value = float | int | str | tuple[float, float]
+Value = float | int | str | tuple[float, float] | list[str]
 
 
 @dataclass(slots=True)
@@ -75,8 +78,9 @@ def generate(
 
 def build(kind: str, seed: int, n_subscriptions: int, n_profiles: int) -> Workload:
     """The specs of one workload (what `generate` renders)."""
-    if kind not in KINDS:
-        raise ValueError(f"unknown workload {kind!r}: choose one of {', '.join(KINDS)}")
+    if kind not in KINDS + PATTERN_KINDS:
+        kinds = ", ".join(KINDS + PATTERN_KINDS)
+        raise ValueError(f"unknown workload {kind!r}: choose one of {kinds}")
     if n_subscriptions < 0 or n_profiles < 0:
         raise ValueError("sizes must not be negative")
     rng = random.Random(f"{kind}:{seed}")
@@ -152,6 +156,8 @@ def _atom_text(atom: Atom) -> str:
     attr, op, value = atom
     if op == "between":
         return f"{attr} BETWEEN {_literal(value[0])} AND {_literal(value[1])}"
+    if op in ("matches", "topic", "has", "xpath"):
+        return f"{attr} {op.upper()} {_literal(value)}"
     return f"{attr} {op} {_literal(value)}"
 
 
@@ -440,4 +446,132 @@ def _bounce(v: float) -> float:
     return 2 * SPAN - v if v > SPAN else v
 
 
-_GENERATORS = {"uniform": _uniform, "nested": _nested, "siena": _siena, "tracking": _tracking}
+# ---------------------------------------------------------------- topics
+
+
+TOPIC_TREE = (("site", 20), ("building", 10), ("floor", 8), ("device", 50))
+TOPIC_METRICS = ("temp", "humidity", "co2", "power", "door", "light", "motion", "noise")
+
+
+def _topic(rng: random.Random, popular: Callable[[], int]) -> list[str]:
+    """A device's topic, `site3/building7/floor2/device41/temp`: sites by Zipf."""
+    levels = [f"site{popular()}"]
+    levels += [f"{name}{rng.randrange(n)}" for name, n in TOPIC_TREE[1:]]
+    return levels + [rng.choice(TOPIC_METRICS)]
+
+
+def _topics(rng: random.Random, n_subs: int, n_profiles: int) -> Workload:
+    """MQTT-like topic trees: filters of a site with `+` levels (each level
+    below the site with probability 0.15) and a `#` tail (0.3, after two to
+    four levels), and profiles that publish a device's reading on its topic."""
+    popular = _zipf_picker(rng, TOPIC_TREE[0][1])
+
+    def topic_filter() -> str:
+        site, *below = _topic(rng, popular)
+        levels = [site] + [lvl if rng.random() >= 0.15 else "+" for lvl in below]
+        if rng.random() < 0.3:
+            levels = levels[: rng.randint(2, 4)] + ["#"]
+        return "/".join(levels)
+
+    subs = [
+        SubSpec(f"s{i}", ts, [[("topic", "topic", topic_filter())]], subscriber=f"u{i % 97}")
+        for i, ts in enumerate(_times(rng, BASE_TS, n_subs, 5.0))
+    ]
+
+    def make(_: int) -> dict:
+        return {"topic": "/".join(_topic(rng, popular)), "value": _r2(rng.uniform(0, 100))}
+
+    return Workload("topics", "topics", subs, _profile_stream(rng, _after(subs), n_profiles, make))
+
+
+# ---------------------------------------------------------------- regex
+
+
+def _words(rng: random.Random, n: int) -> list[str]:
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    return sorted(
+        {"".join(rng.choice(letters) for _ in range(rng.randint(3, 8))) for _ in range(n)}
+    )
+
+
+def _regex(rng: random.Random, n_subs: int, n_profiles: int) -> Workload:
+    """After NaradaBrokering's regular-expression engine: patterns of five words
+    whose first letters match either case (`[Tt]he [Qq]uick [Bb]rown [Ff]ox
+    [Jj]umps`), and sentences of twelve words, half of which hold some
+    subscription's five (a popular one more often)."""
+    words = _words(rng, 2000)
+    phrases = [rng.sample(words, 5) for _ in range(max(1, n_subs))]
+    subs = [
+        SubSpec(
+            f"s{i}",
+            ts,
+            [[("text", "matches", " ".join(f"[{w[0].upper()}{w[0]}]{w[1:]}" for w in phrase))]],
+            subscriber=f"u{i % 97}",
+        )
+        for i, (ts, phrase) in enumerate(
+            zip(_times(rng, BASE_TS, n_subs, 5.0), phrases, strict=False)
+        )
+    ]
+    popular = _zipf_picker(rng, len(phrases))
+
+    def make(_: int) -> dict:
+        sentence = rng.sample(words, 12)
+        if rng.random() < 0.5:
+            at = rng.randint(0, 7)
+            sentence[at : at + 5] = phrases[popular()]
+        sentence[0] = sentence[0].capitalize()
+        return {"text": " ".join(sentence)}
+
+    return Workload("regex", "regex", subs, _profile_stream(rng, _after(subs), n_profiles, make))
+
+
+# ---------------------------------------------------------------- xpath
+
+XPATH_SECTIONS = 200  # catalogue sections: an XPath's group
+XPATH_SKUS = 50  # items a section
+
+
+def _xpath(rng: random.Random, n_subs: int, n_profiles: int) -> Workload:
+    """After NaradaBrokering's XPath engine (`/menu/Saftdrinks[price>1.80]`):
+    catalogue documents of one or two sections of a few priced items, and
+    XPaths that select an item of a section by its sku or its price; sections
+    drawn uniformly (how much grouping saves depends on how the subscriptions
+    spread over their leading paths)."""
+
+    def section() -> int:
+        return rng.randrange(XPATH_SECTIONS)
+
+    def xpath() -> str:
+        at = f"/catalog/section{section()}/item"
+        if rng.random() < 0.5:
+            return f'{at}[@sku="k{rng.randrange(XPATH_SKUS)}"]'
+        return f"{at}[price > {rng.randint(1, 99)}]"
+
+    subs = [
+        SubSpec(f"s{i}", ts, [[("doc", "xpath", xpath())]], subscriber=f"u{i % 97}")
+        for i, ts in enumerate(_times(rng, BASE_TS, n_subs, 5.0))
+    ]
+
+    def make(_: int) -> dict:
+        parts = []
+        for k in sorted({section() for _ in range(rng.randint(1, 2))}):
+            items = "".join(
+                f'<item sku="k{rng.randrange(XPATH_SKUS)}">'
+                f"<price>{rng.randint(1, 99)}</price></item>"
+                for _ in range(rng.randint(1, 5))
+            )
+            parts.append(f"<section{k}>{items}</section{k}>")
+        return {"doc": f"<catalog>{''.join(parts)}</catalog>"}
+
+    return Workload("xpath", "xpath", subs, _profile_stream(rng, _after(subs), n_profiles, make))
+
+
+_GENERATORS = {
+    "uniform": _uniform,
+    "nested": _nested,
+    "siena": _siena,
+    "tracking": _tracking,
+    "topics": _topics,
+    "regex": _regex,
+    "xpath": _xpath,
+}

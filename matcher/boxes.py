@@ -18,7 +18,7 @@ import sys
 
 import numpy as np
 
-from matcher.constraints import BOOL, NUM, STR, Conjunction, Constraint
+from matcher.constraints import BOOL, NUM, STR, TAGS, Conjunction, Constraint
 from matcher.profiles import Profile
 
 MAX = sys.float_info.max
@@ -97,7 +97,9 @@ class Dims:
             lo = -MAX if constraint.lo is None else constraint.lo
             hi = MAX if constraint.hi is None else constraint.hi
             return lo, hi, not constraint.excluded
-        return -MAX, MAX, False  # string ranges and patterns: presence only
+        # Any string (or tag set): the column's presence says it all, exactly.
+        # String ranges and patterns: presence only, a necessary condition.
+        return -MAX, MAX, constraint == Constraint(constraint.type)
 
     def profile_box(self, profile: Profile, *, grow: bool = True) -> dict[int, tuple[float, float]]:
         """Bounds per column of the profile's attributes; without `grow`, only of
@@ -106,6 +108,8 @@ class Dims:
         columns = self.columns
         for attr, value in profile.attrs.items():
             kind = NUM if isinstance(value, tuple) else BOOL if isinstance(value, bool) else STR
+            if isinstance(value, frozenset):
+                kind = TAGS  # (a tag set: its column says only that it is there)
             col = columns.get((attr, kind))
             if col is None:
                 if not grow:
@@ -115,6 +119,8 @@ class Dims:
                 bounds[col] = value
             elif kind == BOOL:
                 bounds[col] = (float(value), float(value))
+            elif kind == TAGS:
+                bounds[col] = (0.0, 0.0)
             else:
                 code = self.codes.get(value)
                 if code is None:

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from matcher.engines.patterns import PATTERN_OPS, PatternTest
 from matcher.errors import FilterError
 from matcher.expressions import Computed
 from matcher.like import matches
@@ -18,7 +19,7 @@ if TYPE_CHECKING:
 OPS = frozenset(
     "= != < <= > >= between in prefix suffix contains exists "
     "not_prefix not_suffix not_contains".split()
-)
+) | frozenset(PATTERN_OPS)
 """The ops of both filter forms. The `where` language also gives `like` (a
 general LIKE pattern), `not` (JMS's NOT over one of these: the attribute is
 present and the atom in `value` does not hold, whatever the value's type) and
@@ -39,7 +40,7 @@ class Atom:
     value: Any = None
 
 
-NUM, STR, BOOL = "num", "str", "bool"
+NUM, STR, BOOL, TAGS = "num", "str", "bool", "tags"
 _MAX = sys.float_info.max
 
 
@@ -53,6 +54,8 @@ def type_of(value: Any) -> str | None:
         return STR
     if isinstance(value, tuple):  # a profile interval
         return NUM
+    if isinstance(value, frozenset):  # a profile's tag set
+        return TAGS
     return None
 
 
@@ -588,8 +591,10 @@ class Conjunction:
     Equal conjunctions are the same filter, so they share one forest node.
     Besides its `constraints` (each on an attribute that must be present), a
     filter may hold `absent` attributes (IS NULL) and `computed` tests
-    (`matcher.expressions.Computed`): residual tests, which its box cannot
-    say, decided on the forest's candidates.
+    (`matcher.expressions.Computed`, and the pattern tests of
+    `matcher.engines.patterns`): residual tests, which its box cannot say,
+    decided on the forest's candidates (positive pattern tests through their
+    indexes: `matcher.engines.gated`).
     """
 
     __slots__ = ("constraints", "absent", "computed", "_key", "_hash")
@@ -598,7 +603,7 @@ class Conjunction:
         self,
         constraints: dict[str, Constraint],
         absent: frozenset[str] = frozenset(),
-        computed: tuple[Computed, ...] = (),
+        computed: tuple[Computed | PatternTest, ...] = (),
     ):
         self.constraints = dict(sorted(constraints.items()))
         self.absent = frozenset(absent)
@@ -620,6 +625,16 @@ class Conjunction:
         parts += [f"{a} IS NULL" for a in sorted(self.absent)]
         parts += [t.describe() for t in self.computed]
         return f"Conjunction({' AND '.join(parts) or 'TRUE'})"
+
+    @property
+    def pattern_tests(self) -> tuple[PatternTest, ...]:
+        """Its positive pattern tests (MATCHES, TOPIC, HAS, XPATH not under NOT)."""
+        return tuple(t for t in self.computed if isinstance(t, PatternTest) and not t.negate)
+
+    def without(self, tests: tuple[PatternTest, ...]) -> Conjunction:
+        """The filter less some of its residual tests (a wider filter)."""
+        rest = tuple(t for t in self.computed if t not in tests)
+        return Conjunction(self.constraints, self.absent, rest)
 
     @property
     def residual(self) -> bool:
@@ -658,7 +673,9 @@ class Conjunction:
             a in theirs and c.covers_constraint(theirs[a]) for a, c in self.constraints.items()
         ):
             return False
-        return self.absent <= other.absent and set(self.computed) <= set(other.computed)
+        if not self.absent <= other.absent:
+            return False
+        return all(_implied(test, other.computed) for test in self.computed)
 
     def intersects(self, other: Conjunction) -> bool:
         """Some profile point could satisfy both (the advertisement relation).
@@ -678,11 +695,38 @@ class Conjunction:
 _TRUE = frozenset([True])
 
 
+def _implied(test: Computed | PatternTest, tests: tuple[Computed | PatternTest, ...]) -> bool:
+    """Does one of `tests` imply `test`? (Equal tests; a topic filter by a narrower one.)"""
+    if test in tests:
+        return True
+    return isinstance(test, PatternTest) and any(
+        isinstance(t, PatternTest) and test.covers_test(t) for t in tests
+    )
+
+
+def _pattern_test(atom: Atom) -> PatternTest | None:
+    """The pattern test an atom is (`x MATCHES 'a'`, or NOT over one), or None."""
+    if atom.op in PATTERN_OPS:
+        return PatternTest(atom.attr, atom.op, atom.value)
+    inner = atom.value
+    if atom.op == "not" and isinstance(inner, Atom) and inner.op in PATTERN_OPS:
+        return PatternTest(inner.attr, inner.op, inner.value, negate=True)
+    return None
+
+
+def _pattern_constraint(test: PatternTest) -> Constraint:
+    """What a pattern test asks of its attribute's box: a tag set (HAS) or a
+    string, present; any value for NOT over one."""
+    if test.negate:
+        return Constraint(None)
+    return Constraint(TAGS if test.op == "has" else STR)
+
+
 def conjunction_of(atoms: list[Atom | Computed]) -> Conjunction | None:
     """The conjunction of some atoms and computed tests; None when it can never hold."""
     merged: dict[str, Constraint] = {}
     absent: set[str] = set()
-    computed: list[Computed] = []
+    computed: list[Computed | PatternTest] = []
     for atom in atoms:
         if isinstance(atom, Computed):
             computed.append(atom)
@@ -690,7 +734,12 @@ def conjunction_of(atoms: list[Atom | Computed]) -> Conjunction | None:
         if atom.op == "absent":
             absent.add(atom.attr)
             continue
-        c = constraint_of(atom)
+        test = _pattern_test(atom)
+        if test is not None:
+            computed.append(test)
+            c = _pattern_constraint(test)
+        else:
+            c = constraint_of(atom)
         if c is None:
             return None
         if atom.attr in merged:

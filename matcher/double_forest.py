@@ -19,6 +19,7 @@ import numpy as np
 
 from matcher.boxes import FILTER_FILL, PROFILE_FILL, Dims
 from matcher.constraints import Conjunction
+from matcher.engines.gated import GatedFilters
 from matcher.forest import Forest
 from matcher.forest.arrays import Bounds, Ids, Mask
 from matcher.forest.list_store import ELEMENT, SLICE_RUN, grown, run_positions
@@ -87,7 +88,8 @@ class DoubleForest:
     """Held subscriptions and profiles, each in a covering forest.
 
     Invariants: each held subscription has one entry per conjunction, on the
-    node of that conjunction in `sub_forest`, carrying its slot; the entry
+    node of that conjunction in `sub_forest`, carrying its slot (or, for a
+    conjunction with pattern tests, held by `gated`); the entry
     arrays (`entry_slot`, `entry_covers`, `entry_from`, `entry_to`) describe
     it, and a free entry's interval is ALWAYS (it lets every query past, so
     batch-wide tests need not exclude it). Each held profile is either in the
@@ -118,6 +120,8 @@ class DoubleForest:
         # tracked object's every report) is not indexed until one asks, and what
         # expires or is replaced before that never is.
         self._unindexed: dict[int, Profile] = {}
+        # Filters with pattern tests (MATCHES, TOPIC, HAS, XPATH): their tests indexed.
+        self.gated = GatedFilters(codes)
         self.subs = _Slots()
         self.profiles = _Slots()
         self.sub_entries: list[list[int]] = []  # slot -> its entry ids (one per disjunct)
@@ -150,10 +154,13 @@ class DoubleForest:
         cells = self._cells()
         for conj in conjunctions:
             entry = self._new_entry(slot, covers, valid_from, valid_to)
-            node = self.sub_forest.add(conj, partial(self.dims.filter_box, conj), entry, slot)
+            if conj.pattern_tests:
+                self.gated.add(entry, conj, covers=covers)
+            else:
+                node = self.sub_forest.add(conj, partial(self.dims.filter_box, conj), entry, slot)
+                if cells is not None:
+                    self._log_change(cells, entry, node, added=True)
             entries.append(entry)
-            if cells is not None:
-                self._log_change(cells, entry, node, added=True)
         self.sub_entries[slot] = entries
         self.multi_disjunct += len(entries) > 1
         self.covers_entries += len(entries) if covers else 0
@@ -183,9 +190,12 @@ class DoubleForest:
             self.covers_entries -= len(entries)
         cells = self._cells()
         for entry in self.sub_entries[slot]:
-            if cells is not None:
-                self._log_change(cells, entry, self.sub_forest.node_of(entry), added=False)
-            self.sub_forest.discard(entry)
+            if entry in self.gated.held:
+                self.gated.discard(entry)
+            else:
+                if cells is not None:
+                    self._log_change(cells, entry, self.sub_forest.node_of(entry), added=False)
+                self.sub_forest.discard(entry)
             self.entry_free.append(entry)
             self.entry_from[entry], self.entry_to[entry] = ALWAYS  # lets every query past
 
@@ -241,9 +251,28 @@ class DoubleForest:
 
     def match_profiles(self, profiles: list[Profile], intervals: list[Interval]) -> tuple[Ids, Ids]:
         """Profiles (held or not) against the subscriptions: (query index, sub
-        slot), sorted by query index. Profiles inside a preloaded cell are
-        answered from it (`matcher.preload`), the others by one descent of the
-        subscription forest; then O(entry pairs) to test their intervals."""
+        slot), sorted by query index. `_match_forest`, and `GatedFilters.match`
+        where filters have pattern tests, then O(their pairs) to test intervals."""
+        queries, subs = self._match_forest(profiles, intervals)
+        if not len(self.gated) or not profiles:
+            return queries, subs
+        gated_queries, entries, covers = self.gated.match(profiles)
+        span = np.asarray(intervals, dtype=float).reshape(-1, 2).T
+        keep = _within(span, gated_queries, entries, self.entry_from, self.entry_to)
+        keep &= ~np.take(self.entry_covers, entries) | covers
+        if not len(queries):
+            return gated_queries[keep], np.take(self.entry_slot, entries[keep])
+        queries = np.concatenate([queries, gated_queries[keep]])
+        subs = np.concatenate([subs, np.take(self.entry_slot, entries[keep])])
+        if self.multi_disjunct:
+            return _unique_pairs(queries, subs, needed=True)
+        order = _grouping(queries)  # (each part is grouped by query already)
+        return queries[order], subs[order]
+
+    def _match_forest(self, profiles: list[Profile], intervals: list[Interval]) -> tuple[Ids, Ids]:
+        """`match_profiles` of the subscription forest's entries. Profiles inside a
+        preloaded cell are answered from it (`matcher.preload`), the others by one
+        descent of the forest; then O(entry pairs) to test their intervals."""
         if not profiles or not len(self.sub_forest):
             return _NO_PAIRS
         started = time.thread_time()
@@ -327,11 +356,11 @@ class DoubleForest:
         copied from those in query order.
         """
         n = len(profiles)
-        if not n or not len(self.sub_forest):
+        if not n or not (len(self.sub_forest) or len(self.gated)):
             return [_EMPTY if slot_map is None else slot_map[:0] for _ in range(n)]
         span = np.asarray(intervals, dtype=float).reshape(-1, 2).T
         held = self.n_entries
-        simple = not self.covers_entries and not self.multi_disjunct
+        simple = not self.covers_entries and not self.multi_disjunct and not len(self.gated)
         if not (simple and _all_within(span, self.entry_from[:held], self.entry_to[:held])):
             queries, subs = self.match_profiles(profiles, intervals)
             return _split(n, queries, subs, slot_map)
@@ -726,6 +755,7 @@ class DoubleForest:
         profile_cells = self._profile_cells_now()
         if profile_cells is not None and profile_cells.columns == len(self.dims):
             profile_cells.check(self.dims, dict(self._held_profiles()))
+        self.gated.check_invariants()
 
 
 def _expand_entries(

@@ -32,6 +32,7 @@ import math
 from typing import Any
 
 from matcher.constraints import MAX_CONJUNCTIONS, Atom
+from matcher.engines.patterns import PATTERN_OPS, pattern_problem
 from matcher.errors import FilterError
 from matcher.expressions import (
     COMPLEMENT,
@@ -62,6 +63,10 @@ def value_problem(op: str, value: Any) -> str | None:
         return None if value is None else f"'exists' takes no value, got {_show(value)}"
     if op in _STRING_OPS:
         return None if isinstance(value, str) else f"'{op}' needs a string, got {_show(value)}"
+    if op in PATTERN_OPS:
+        if not isinstance(value, str):
+            return f"'{op}' needs a string pattern, got {_show(value)}"
+        return pattern_problem(op, value)
     if op == "in":
         if not isinstance(value, list | tuple) or not value:
             return f"'in' needs a non-empty list of values, got {_show(value)}"

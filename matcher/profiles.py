@@ -5,9 +5,11 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from matcher.engines.patterns import looks_like_xml, xml_problem
 from matcher.errors import RecordError
 
 MAX_PROFILE_ATTRIBUTES = 256
+MAX_TAGS = 1024  # the tags of one tag set
 
 
 def _number(name: str, value: Any) -> float:
@@ -20,9 +22,21 @@ def _number(name: str, value: Any) -> float:
 
 
 def normalize_value(name: str, value: Any) -> Any:
-    """A profile value as stored: numbers become closed intervals `(lo, hi)`."""
-    if isinstance(value, bool | str):
+    """A profile value as stored: numbers become closed intervals `(lo, hi)`, a
+    list of strings a tag set (a frozenset). A string that starts with '<' is an
+    XML document and must parse (XPATH tests read it)."""
+    if isinstance(value, str):
+        if looks_like_xml(value):
+            problem = xml_problem(value)
+            if problem:
+                raise RecordError(f"attribute {name!r}: {problem}")
         return value
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, list | tuple) and all(isinstance(v, str) for v in value):
+        if len(value) > MAX_TAGS:
+            raise RecordError(f"attribute {name!r}: {len(value)} tags, over the limit {MAX_TAGS}")
+        return frozenset(value)
     if isinstance(value, int | float):
         n = _number(name, value)
         return (n, n)
@@ -32,7 +46,8 @@ def normalize_value(name: str, value: Any) -> Any:
             raise RecordError(f"attribute {name!r}: interval [{value[0]}, {value[1]}] has lo > hi")
         return (lo, hi)
     raise RecordError(
-        f"attribute {name!r}: expected a number, [lo, hi], a string or a boolean, got {value!r}"
+        f"attribute {name!r}: expected a number, [lo, hi], a string, a boolean "
+        f"or a list of strings (tags), got {value!r}"
     )
 
 
@@ -73,10 +88,7 @@ class Profile:
 
     def to_json(self) -> dict[str, Any]:
         """The attributes as written in a record (points stay points)."""
-        return {
-            n: (list(v) if v[0] != v[1] else _plain(v[0])) if isinstance(v, tuple) else v
-            for n, v in self.attrs.items()
-        }
+        return {n: _written(v) for n, v in self.attrs.items()}
 
     def covers(self, other: Profile) -> bool:
         """Same attribute set, and this profile contains the other on each (§2)."""
@@ -90,6 +102,14 @@ class Profile:
             elif type(mine) is not type(theirs) or mine != theirs:
                 return False
         return True
+
+
+def _written(v: Any) -> Any:
+    if isinstance(v, tuple):
+        return list(v) if v[0] != v[1] else _plain(v[0])
+    if isinstance(v, frozenset):
+        return sorted(v)
+    return v
 
 
 def _plain(x: float) -> int | float:

@@ -8,9 +8,10 @@ subscriber only ever sees the message in the dead-letter topic. The limits of
 `matcher.constraints` are enforced while parsing, so a hostile selector is
 refused before it costs memory.
 
-`IS`, `NULL`, `ESCAPE` and `TIMESTAMP` are keywords only where the grammar
-has them (after an operand, after IS, after a LIKE pattern, before a string),
-so an attribute may still bear those names.
+`IS`, `NULL`, `ESCAPE` and `TIMESTAMP`, and the pattern tests' `MATCHES`,
+`TOPIC`, `HAS` and `XPATH`, are keywords only where the grammar has them
+(after an operand, after IS, after a LIKE pattern, before a string), so an
+attribute may still bear those names.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any, NamedTuple, NoReturn
 
 from matcher import like
 from matcher.constraints import MAX_ATTRIBUTES, MAX_WHERE_BYTES, Atom
+from matcher.engines.patterns import KEYWORDS as PATTERN_KEYWORDS
 from matcher.errors import FilterError
 from matcher.expressions import ARITHMETIC, Expr, combine
 from matcher.normal_form import DNF, finite, normal_form, normalize, value_problem
@@ -33,7 +35,10 @@ exhaust Python's recursion limit."""
 
 _KEYWORDS = frozenset("AND OR NOT BETWEEN IN LIKE EXISTS TRUE FALSE".split())
 _ORDERING = frozenset(("<", "<=", ">", ">="))
-_TAILS = "a comparison operator, BETWEEN, IN, LIKE, IS or EXISTS"
+_TAILS = "a comparison operator, BETWEEN, IN, LIKE, IS, EXISTS, MATCHES, TOPIC, HAS or XPATH"
+# The pattern tests' operators, keywords only before a quoted pattern (so `topic`
+# stays a name: `topic TOPIC 'a/#'`).
+_PATTERN_WORDS = {word: op for op, word in PATTERN_KEYWORDS.items()}
 
 # A token and the blanks before it, in one match (half the matches of a pattern
 # that makes the blanks a token of their own). Numbers are unsigned: a sign is
@@ -200,8 +205,22 @@ class _Parser:
         if negate:
             self.take()
             token = self.peek()
-            if not (token.kind == "kw" and token.text in ("BETWEEN", "IN", "LIKE", "EXISTS")):
-                self.fail("BETWEEN, IN, LIKE or EXISTS after NOT")
+            if not (
+                token.kind == "kw"
+                and token.text in ("BETWEEN", "IN", "LIKE", "EXISTS")
+                or self.pattern_word() is not None
+            ):
+                self.fail("BETWEEN, IN, LIKE, EXISTS, MATCHES, TOPIC, HAS or XPATH after NOT")
+        op = self.pattern_word()
+        if op is not None:
+            self.take()
+            attr = self.attribute_before(left, token, start)
+            pattern = self.take()
+            problem = value_problem(op, _unquote(pattern.text))
+            if problem:
+                raise FilterError(f"{problem} (in the pattern at column {pattern.col})")
+            node = ("atom", Atom(attr, op, _unquote(pattern.text)))
+            return ("not", node) if negate else node
         if token.kind == "kw" and token.text == "BETWEEN":
             self.take()
             return self.between(left, start, negate)
@@ -220,6 +239,13 @@ class _Parser:
         if token.kind in ("kw", "end", ")") and token.text in ("AND", "OR", ")", ""):
             return ("value", left, start, token)
         self.fail(f"{_TAILS} after {_describe(start)}")
+
+    def pattern_word(self) -> str | None:
+        """The pattern test whose keyword comes next, before a quoted pattern."""
+        token = self.peek()
+        if token.kind != "name" or not self.at("str", ahead=1):
+            return None
+        return _PATTERN_WORDS.get(token.text.upper())
 
     def attribute_before(self, operand: Expr, keyword: _Token, start: _Token) -> str:
         if operand[0] != "attr":

@@ -24,7 +24,7 @@ from typing import Any
 
 from matcher.constraints import Atom
 from matcher.where import parse_where
-from tests import selector_oracle
+from tests import pattern_oracle, selector_oracle
 
 OPEN = math.inf
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -51,6 +51,8 @@ def kind(value: Any) -> str | None:
         return "num"
     if isinstance(value, str):
         return "str"
+    if isinstance(value, frozenset):
+        return "tags"
     return None
 
 
@@ -64,6 +66,8 @@ def allows(atom: Atom, v: Any) -> bool:
         return True
     if op == "not":  # JMS's NOT over a test: true for a value of another type too
         return not allows(c, v)
+    if op in pattern_oracle.HOLDS:
+        return pattern_oracle.holds(op, c, v)
     if op == "like":  # a canonical pattern: `\\` makes the next character literal
         return isinstance(v, str) and like_regex(c).fullmatch(v) is not None
     if op in _PATTERN:
@@ -131,9 +135,12 @@ def by_attr(atoms: list[Atom]) -> dict[str, list[Atom]]:
 
 
 def profile_value(raw: Any) -> Any:
-    """A profile attribute as written in a record: numbers become intervals."""
+    """A profile attribute as written in a record: numbers become intervals, a
+    list of strings a tag set."""
     if isinstance(raw, bool | str):
         return raw
+    if isinstance(raw, list | tuple) and all(isinstance(v, str) for v in raw):
+        return frozenset(raw)
     if isinstance(raw, list | tuple):
         return (float(raw[0]), float(raw[1]))
     return (float(raw), float(raw))

@@ -14,6 +14,8 @@ is evaluated as JMS 2.0 §3.8.1 says:
   `e < a OR e > b`; `x IN (v, ...)` is `x = v OR ...`; `x NOT IN`, `x NOT LIKE`
   are the NOT of `x IN`, `x LIKE`; LIKE on a non-string is false, on NULL
   unknown; `x IS NULL` is true where x is absent;
+- `x MATCHES`, `TOPIC`, `HAS`, `XPATH` are `tests.pattern_oracle`'s; on NULL
+  unknown, on a value of another type false, like LIKE;
 - AND, OR and NOT are the three-valued tables of §3.8.1.2; a selector selects
   a profile only where it is true.
 
@@ -35,6 +37,8 @@ import struct
 import sys
 from typing import Any
 
+from tests import pattern_oracle
+
 MAX = sys.float_info.max
 INF = math.inf
 NULL = None
@@ -52,6 +56,8 @@ def kind(value: Any) -> str | None:
         return "bool"
     if isinstance(value, int | float):
         return "num"
+    if isinstance(value, frozenset):
+        return "tags"
     return "str"
 
 
@@ -127,6 +133,10 @@ def like_regex(pattern: str, escape: str | None) -> re.Pattern:
     return re.compile("".join(out), re.DOTALL)
 
 
+_EXPANDED = ("between", "in", "like", "null", "exists", "pattern")
+_TESTS = ("test-like", "test-null", "test-pattern")
+
+
 def truth(node: tuple, point: dict[str, Any]) -> bool | None:
     """A condition's truth on a point profile: True, False or None (unknown)."""
     tag = node[0]
@@ -142,7 +152,7 @@ def truth(node: tuple, point: dict[str, Any]) -> bool | None:
         return compare(node[1], evaluate(node[2], point), evaluate(node[3], point))
     if tag == "flag":
         return compare("=", point.get(node[1]), True)
-    if tag in ("between", "in", "like", "null", "exists"):
+    if tag in _EXPANDED:
         return truth(expand(node), point)
     raise ValueError(node)
 
@@ -162,6 +172,10 @@ def expand(node: tuple) -> tuple:
     if tag == "like":
         _, attr, pattern, escape, negated = node
         base = ("test-like", attr, pattern, escape)
+        return ("not", base) if negated else base
+    if tag == "pattern":
+        _, attr, op, pattern, negated = node
+        base = ("test-pattern", attr, op, pattern)
         return ("not", base) if negated else base
     if tag in ("null", "exists"):
         _, attr, negated = node
@@ -190,19 +204,23 @@ def _test(test: tuple, point: dict[str, Any]) -> bool | None:
         return isinstance(v, str) and like_regex(pattern, escape).fullmatch(v) is not None
     if test[0] == "test-null":
         return test[1] not in point
+    if test[0] == "test-pattern":
+        _, attr, op, pattern = test
+        v = point.get(attr)
+        return None if v is None else pattern_oracle.holds(op, pattern, v)
     return truth(test, point)
 
 
 def _truth_expanded(node: tuple, point: dict[str, Any]) -> bool | None:
     tag = node[0]
-    if tag in ("test-like", "test-null"):
+    if tag in _TESTS:
         return _test(node, point)
     if tag == "not":
         return not3(_truth_expanded(node[1], point))
     if tag in ("and", "or"):
         values = [_truth_expanded(c, point) for c in node[1]]
         return and3(values) if tag == "and" else or3(values)
-    if tag in ("between", "in", "like", "null", "exists"):
+    if tag in _EXPANDED:
         return _truth_expanded(expand(node), point)
     return truth(node, point)
 
@@ -232,9 +250,9 @@ def normal_form(node: tuple, negate: bool = False) -> list[list[tuple[bool, tupl
         return [conj for part in parts for conj in part]
     if tag == "flag":
         return normal_form(("cmp", "=", ("attr", node[1]), ("bool", True)), negate)
-    if tag in ("between", "in", "like", "null", "exists"):
+    if tag in _EXPANDED:
         return normal_form(expand(node), negate)
-    return [[(negate, node)]]  # cmp, test-like, test-null
+    return [[(negate, node)]]  # cmp, test-like, test-null, test-pattern
 
 
 # -- constants folded, and the one-attribute tests -------------------------------------
@@ -287,7 +305,7 @@ def monotone_attr(expr: tuple) -> str | None:
 
 def classify(test: tuple) -> tuple[str, Any]:
     """("const", truth) | ("attr", name) | ("computed", None) for a test."""
-    if test[0] in ("test-like", "test-null"):
+    if test[0] in _TESTS:
         return "attr", test[1]
     _, op, left, right = test
     left, right = fold(left), fold(right)
@@ -548,8 +566,8 @@ def _fix_comparison(op: str, left: tuple, right: tuple) -> tuple[str, tuple, tup
 
 
 @functools.cache
-def selectors(max_leaves: int = 4):
-    """Random selector trees of every form."""
+def selectors(max_leaves: int = 4, patterns: bool = False):
+    """Random selector trees of every form (with `patterns`, the pattern tests too)."""
     st = _st()
     attr = st.sampled_from(("x", "x", "y", "s", "b", "z"))
     number = st.sampled_from(NUMS).map(lambda v: ("num", v)) | st.just(("time", T10))
@@ -607,6 +625,8 @@ def selectors(max_leaves: int = 4):
         attr.map(lambda a: ("flag", a)),
         st.booleans().map(lambda b: ("const", b)),
     )
+    if patterns:
+        leaves = leaves | pattern_tests() | pattern_tests()
     return st.recursive(
         leaves,
         lambda kids: st.one_of(
@@ -617,10 +637,32 @@ def selectors(max_leaves: int = 4):
     )
 
 
-@functools.cache
-def profiles(intervals: bool = True):
-    """Raw profile attributes: absent, of their usual type, or of another."""
+def pattern_tests():
+    """MATCHES, TOPIC, HAS and XPATH leaves, mostly on the attribute of their kind."""
     st = _st()
+    po = pattern_oracle
+    pools = {"matches": po.REGEXES, "topic": po.TOPIC_FILTERS, "has": po.TAG_PATTERNS}
+    pools["xpath"] = po.XPATHS
+    home = {"matches": "s", "topic": "t", "has": "g", "xpath": "d"}
+    return st.sampled_from(sorted(pools)).flatmap(
+        lambda op: st.builds(
+            lambda a, p, n: ("pattern", a, op, p, n),
+            st.sampled_from((home[op], home[op], home[op], "s", "x")),
+            st.sampled_from(pools[op]),
+            st.booleans(),
+        )
+    )
+
+
+PATTERN_TEXTS = ("abc", "aab", "ac", "bc", "12", "ab", "aa", "b", "")
+
+
+@functools.cache
+def profiles(intervals: bool = True, patterns: bool = False):
+    """Raw profile attributes: absent, of their usual type, or of another (with
+    `patterns`, also a topic `t`, a tag set `g` and a document `d`)."""
+    st = _st()
+    po = pattern_oracle
 
     @st.composite
     def build(draw):
@@ -640,6 +682,15 @@ def profiles(intervals: bool = True):
             else:
                 value = draw(st.booleans())
             out[name] = value
+        if patterns:
+            if draw(st.integers(0, 3)):
+                out["s"] = draw(st.sampled_from(PATTERN_TEXTS + TEXTS))
+            if draw(st.integers(0, 3)):
+                out["t"] = draw(st.sampled_from(po.TOPICS))
+            if draw(st.integers(0, 3)):
+                out["g"] = draw(st.lists(st.sampled_from(po.TAGS), max_size=3, unique=True))
+            if draw(st.integers(0, 3)):
+                out["d"] = draw(st.sampled_from(po.DOCS))
         return out
 
     return build()
@@ -739,6 +790,8 @@ def render(node: tuple, rnd) -> str:
             text = f"{name(c[1])} {not_}{kw('LIKE')} {quote(c[2])}{escape}"
         elif tag == "null":
             text = f"{name(c[1])} {kw('IS')} {not_}{kw('NULL')}"
+        elif tag == "pattern":
+            text = f"{name(c[1])} {not_}{kw(c[2].upper())} {quote(c[3])}"
         else:
             text = f"{name(c[1])} {not_}{kw('EXISTS')}"
         return wrap(text, 4, context)

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from benchmarks.report import DOCS_DIR, RESULTS_DIR
-from benchmarks.workloads import KINDS
+from benchmarks.workloads import KINDS, PATTERN_KINDS
 from tsm_cli.args import CliError, add_command, seconds
 from tsm_cli.progress import Bar
 
@@ -29,9 +29,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="write a seeded workload (subscriptions.jsonl, profiles.jsonl)",
         description="Write a seeded workload as topic records (SEMANTICS §6): "
         "uniform boxes, nested regions with Zipf-popular filters, Siena's random "
-        "predicates, or tracked moving objects with expiring subscriptions.",
+        "predicates, tracked moving objects with expiring subscriptions, MQTT topic "
+        "filters (topics), NaradaBrokering's regular expressions (regex) or XPaths "
+        "over XML documents (xpath).",
     )
-    gen.add_argument("kind", choices=KINDS)
+    gen.add_argument("kind", choices=KINDS + PATTERN_KINDS)
     gen.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     gen.add_argument("--subscriptions", type=int, default=1000, metavar="N")
     gen.add_argument("--profiles", type=int, default=1000, metavar="N")
@@ -45,6 +47,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="`matcher`: the DoubleForest against a numpy brute-force scan, "
         "Siena's filters poset and an R-tree on the same workloads; checks that "
         "all of them return the same matches, prints a table, writes JSON and plots. "
+        "The string workloads (topics, regex, xpath) run against a loop over compiled "
+        "patterns (and a plain topic trie) instead. "
         "`pipeline`: the job against no-op pipelines and Spark's stream-stream join. "
         f"Results go to {RESULTS_DIR}/ unless --json or --write-docs say otherwise.",
     )
@@ -171,7 +175,9 @@ def _contenders(text: str) -> tuple[str, ...]:
 
 def _workloads(text: str) -> tuple[str, ...]:
     kinds = tuple(text.split(","))
-    unknown = [k for k in kinds if k not in KINDS]
+    unknown = [k for k in kinds if k not in KINDS + PATTERN_KINDS]
     if unknown:
-        raise argparse.ArgumentTypeError(f"unknown workload {unknown[0]!r}: choose from {KINDS}")
+        raise argparse.ArgumentTypeError(
+            f"unknown workload {unknown[0]!r}: choose from {KINDS + PATTERN_KINDS}"
+        )
     return kinds

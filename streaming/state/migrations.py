@@ -35,6 +35,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from matcher.engines.gated import GatedFilters
 from matcher.snapshot_names import PICKLED_ATTRIBUTE_RENAMES, PICKLED_RENAMES
 
 Attributes = dict[str, Any]
@@ -200,6 +201,17 @@ def _without_like_patterns(state: Attributes) -> Attributes:
     """A constraint of a snapshot from before general LIKE and JMS's NOT has none."""
     for field in ("likes", "not_likes", "none_of"):
         state.setdefault(field, ())
+    return state
+
+
+# -- format 4: pattern tests ---------------------------------------------------------
+
+
+@upgrade("matcher.double_forest", "DoubleForest", before=4)
+def _without_pattern_tests(state: Attributes) -> Attributes:
+    """A forest of a snapshot from before pattern tests (MATCHES, TOPIC, HAS,
+    XPATH) holds no filter with one: its `gated` filters are none."""
+    state.setdefault("gated", GatedFilters(state["dims"].codes))
     return state
 
 
