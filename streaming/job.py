@@ -62,12 +62,31 @@ def session_settings(config: JobConfig) -> dict[str, str]:
 
 
 def session(
-    config: JobConfig, master: str, app_name: str, ui: bool = True, log_level: str = "WARN"
+    config: JobConfig,
+    master: str,
+    app_name: str,
+    ui: bool = True,
+    log_level: str = "WARN",
+    *,
+    executor_python: str | None = None,
+    executor_memory: str = "2g",
 ) -> SparkSession:
-    """The Spark session of `tsm run`, `tsm demo` and the pipeline benchmark."""
+    """The Spark session of `tsm run`, `tsm demo` and the pipeline benchmark.
+
+    On a cluster (`master` not `local`), executors run `executor_python` (default:
+    this interpreter, at the same path on the workers), which has the job's
+    dependencies; the job's own code goes to them as its package
+    (`streaming.shipping`)."""
+    from streaming import shipping
+
+    cluster = shipping.is_cluster(master)
     # Every Python worker (the data source's too, which reads only the
-    # environment) must run this interpreter, which has the project installed.
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    # environment) must run an interpreter with the job's dependencies: here,
+    # this one, which has the project installed too.
+    if cluster:
+        os.environ["PYSPARK_PYTHON"] = executor_python or sys.executable
+    else:
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder.master(master).appName(app_name)
     builder = builder.config("spark.ui.enabled", str(ui).lower())
     builder = builder.config("spark.ui.showConsoleProgress", "false")  # stderr is the batch log
@@ -78,9 +97,20 @@ def session(
     # key's snapshot (about 1 KB a subscription) several times over while it
     # writes it; Spark's default 1 GB runs out at about 100k subscriptions.
     builder = builder.config("spark.driver.memory", "4g")
-    for key, value in session_settings(config).items():
+    settings = session_settings(config)
+    if cluster:
+        settings |= shipping.cluster_settings(
+            executor_python or sys.executable, executor_memory=executor_memory
+        )
+    for key, value in settings.items():
         builder = builder.config(key, value)
-    spark = builder.getOrCreate()
+    if cluster:
+        package = shipping.job_package()
+        with shipping.on_driver_path(package):
+            spark = builder.getOrCreate()
+        shipping.ship(spark.sparkContext, package)
+    else:
+        spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(log_level)
     return spark
 

@@ -63,7 +63,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--trigger-interval", metavar="INTERVAL", help="e.g. '2 seconds' (default back to back)"
     )
     p.add_argument("--lateness", type=int, metavar="MS", help="allowed lateness of event time")
-    p.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
+    p.add_argument(
+        "--master",
+        default="local[2]",
+        help="Spark master (default local[2]); spark://HOST:PORT ships the job's code to the "
+        "cluster's executors as a package (tsm cluster up starts one here)",
+    )
+    p.add_argument(
+        "--executor-python",
+        metavar="PATH",
+        help="on a cluster: the Python the executors run, with the job's dependencies "
+        "installed (default: this interpreter's path)",
+    )
+    p.add_argument(
+        "--executor-memory", default="2g", help="on a cluster: each executor's heap (default 2g)"
+    )
     p.add_argument(
         "--spark-log",
         type=Path,
@@ -107,6 +121,8 @@ def _run(args: argparse.Namespace) -> int:
         available_now=bool(args.available_now),
         verbosity=verbosity(args),
         spark_log=args.spark_log,
+        executor_python=args.executor_python,
+        executor_memory=args.executor_memory,
     )
 
 
@@ -152,6 +168,8 @@ def run(
     available_now: bool,
     verbosity: int = 0,
     spark_log: Path | None = None,
+    executor_python: str | None = None,
+    executor_memory: str = "2g",
 ) -> int:
     """Start the query, log each batch, stop between batches on a signal."""
     from pyspark.errors import IllegalArgumentException
@@ -162,7 +180,14 @@ def run(
 
     name, level = f"tsm run ({config.query_name})", spark_log_level(verbosity)
     with jvm_output_to(spark_log):
-        spark = job.session(config, master, name, log_level=level)
+        spark = job.session(
+            config,
+            master,
+            name,
+            log_level=level,
+            executor_python=executor_python,
+            executor_memory=executor_memory,
+        )
     ui = spark.sparkContext.uiWebUrl
     writes = (
         "exactly once (Kafka transactions, for read_committed consumers)"
