@@ -32,6 +32,7 @@ from matcher.events import MatchWriter
 from matcher.records import Source
 from matcher.sharding import Sharding
 from streaming.decode_stage import DEAD_LETTER_KEY
+from streaming.executors import executor_id, ran_counter
 from streaming.spark_time import from_spark_ms, to_spark_ms
 from streaming.state.store import MatcherStore, Meta
 
@@ -108,6 +109,7 @@ class MatchProcessor(StatefulProcessor):
     def init(self, handle: StatefulProcessorHandle) -> None:
         self.handle = handle
         self.state = MatcherStore(handle, self.sharding, self.snapshot_every)
+        self.executor = executor_id()  # (None in local mode: nothing to place)
 
     def handleInputRows(
         self, key: tuple, rows: Iterator[pd.DataFrame], timerValues: TimerValues
@@ -182,6 +184,8 @@ class MatchProcessor(StatefulProcessor):
         self._move_timer(matcher, meta)
         self.state.save(skey, matcher, meta, counts)
         counts["matches"] = matches
+        if self.executor is not None:
+            counts[ran_counter(skey, self.executor)] = 1
         self.metrics.add(counts)
 
     def _move_timer(self, matcher: SpaceMatcher, meta: Meta) -> None:
