@@ -30,12 +30,16 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from streaming.config import JobConfig
+
+if TYPE_CHECKING:
+    from connectors.tenants import TenantRouting
+    from streaming.shipping import Executors
 
 ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 BatchWriter = Callable[[DataFrame, int], None]
@@ -67,24 +71,22 @@ def session(
     app_name: str,
     ui: bool = True,
     log_level: str = "WARN",
-    *,
-    executor_python: str | None = None,
-    executor_memory: str = "2g",
+    executors: Executors | None = None,
 ) -> SparkSession:
     """The Spark session of `tsm run`, `tsm demo` and the pipeline benchmark.
 
-    On a cluster (`master` not `local`), executors run `executor_python` (default:
-    this interpreter, at the same path on the workers), which has the job's
-    dependencies; the job's own code goes to them as its package
+    On a cluster (`master` not `local`), the executors are as `executors` asks
+    (default `Executors()`), and the job's code goes to them as its package
     (`streaming.shipping`)."""
     from streaming import shipping
 
+    executors = executors or shipping.Executors()
     cluster = shipping.is_cluster(master)
     # Every Python worker (the data source's too, which reads only the
-    # environment) must run an interpreter with the job's dependencies: here,
-    # this one, which has the project installed too.
+    # environment) must run an interpreter with the job's dependencies: in local
+    # mode this one, which has the project installed too.
     if cluster:
-        os.environ["PYSPARK_PYTHON"] = executor_python or sys.executable
+        os.environ["PYSPARK_PYTHON"] = executors.interpreter
     else:
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder.master(master).appName(app_name)
@@ -99,9 +101,7 @@ def session(
     builder = builder.config("spark.driver.memory", "4g")
     settings = session_settings(config)
     if cluster:
-        settings |= shipping.cluster_settings(
-            executor_python or sys.executable, executor_memory=executor_memory
-        )
+        settings |= executors.settings(config.shuffle_partitions)
     for key, value in settings.items():
         builder = builder.config(key, value)
     if cluster:
@@ -123,6 +123,16 @@ def direct_output(config: JobConfig) -> dict[str, object] | None:
     if config.exactly_once:
         return None
     return confluent_config(config.bootstrap, config.kafka_options)
+
+
+def tenant_routing(config: JobConfig) -> TenantRouting | None:
+    """Where match records go by tenant (`tenant_topic`), or None: all to `matches`."""
+    from connectors.tenants import TenantRouting, TenantTopics
+
+    if not config.tenant_topic:
+        return None
+    topics = TenantTopics(config.tenant_topic, config.tenant_separator)
+    return TenantRouting(topics, config.bootstrap, config.kafka_options)
 
 
 def matched_stream(spark: SparkSession, config: JobConfig, metrics: Any) -> DataFrame:
@@ -159,7 +169,13 @@ def matched_stream(spark: SparkSession, config: JobConfig, metrics: Any) -> Data
     decoded = raw.select(*columns).mapInArrow(DecodeStage(topics, sharding), DECODED_DDL)
     keyed = decoded.withWatermark("ets", f"{config.lateness_ms} milliseconds").drop("ets")
     processor = MatchProcessor(
-        topics, sharding, config.lateness_ms, config.snapshot_every, metrics, direct_output(config)
+        topics,
+        sharding,
+        config.lateness_ms,
+        config.snapshot_every,
+        metrics,
+        direct_output(config),
+        tenant_routing(config),
     )
     return keyed.groupBy("skey").transformWithStateInPandas(
         processor, OUTPUT_DDL, outputMode="Append", timeMode="EventTime"

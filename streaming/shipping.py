@@ -24,9 +24,11 @@ import hashlib
 import importlib
 import io
 import os
+import sys
 import tempfile
 import zipfile
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -92,16 +94,37 @@ def is_cluster(master: str | None) -> bool:
     return master is not None and not master.startswith("local")
 
 
-def cluster_settings(executor_python: str, *, executor_memory: str = "2g") -> dict[str, str]:
-    """Spark settings of a session on a cluster: one core an executor (so that each
-    worker of `tsm cluster up` runs one, and state partitions spread over them),
-    its memory (the state store's key snapshots are held several times over while
-    written: DESIGN.md), the interpreter its Python workers run."""
-    return {
-        "spark.executor.cores": "1",
-        "spark.executor.memory": executor_memory,
-        "spark.pyspark.python": executor_python,
-    }
+@dataclass(frozen=True)
+class Executors:
+    """What a session on a cluster asks of its executors.
+
+    `count` executors of one core (None: one per state partition, so that each holds
+    one), each with `memory` of heap (the state store's key snapshots are held
+    several times over while written: DESIGN.md), their Python workers running
+    `python` (None: this interpreter's path, as on this machine), which has the
+    job's dependencies installed."""
+
+    python: str | None = None
+    memory: str = "2g"
+    count: int | None = None
+
+    def settings(self, state_partitions: int) -> dict[str, str]:
+        """The Spark settings. The session waits, up to two minutes, until every executor
+        has registered: the first batch's tasks go to the executors there are, and a
+        state partition stays on the executor that first loaded it (Spark prefers it
+        afterwards), so an executor that came late would get no state."""
+        return {
+            "spark.executor.cores": "1",
+            "spark.cores.max": str(self.count or state_partitions),
+            "spark.executor.memory": self.memory,
+            "spark.pyspark.python": self.interpreter,
+            "spark.scheduler.minRegisteredResourcesRatio": "1.0",
+            "spark.scheduler.maxRegisteredResourcesWaitingTime": "120s",
+        }
+
+    @property
+    def interpreter(self) -> str:
+        return self.python or sys.executable
 
 
 def shipped(spark_conf_files: str) -> bool:
