@@ -25,6 +25,7 @@ from pyspark.sql.streaming.stateful_processor import ExpiredTimerInfo, TimerValu
 
 from connectors.config import Topics
 from connectors.outlet import outlet, pack
+from connectors.tenants import TenantRouting
 from matcher.admission import in_order, late_letter, unpack_record
 from matcher.encoding import encode
 from matcher.engine import SpaceMatcher
@@ -97,8 +98,10 @@ class MatchProcessor(StatefulProcessor):
         snapshot_every: int,
         metrics: Any,
         direct: dict[str, object] | None = None,
+        tenants: TenantRouting | None = None,
     ) -> None:
         self.direct = direct
+        self.tenants = tenants  # match records to each tenant's topic (connectors.tenants)
         self.matches_topic = topics.matches
         self.deadletter_topic = topics.deadletter
         self.sharding = sharding
@@ -139,7 +142,7 @@ class MatchProcessor(StatefulProcessor):
             elif rejects:
                 late.append((None, encode(letter)))
         batch = in_order(batch)
-        out = outlet(self.matches_topic, self.direct)
+        out = outlet(self.matches_topic, self.direct, self.tenants)
         with matcher.writing(MatchWriter(matcher.space)):
             yield from out.add(matcher.expire(watermark))
             for events in matcher.iter_batch(batch):
@@ -161,7 +164,7 @@ class MatchProcessor(StatefulProcessor):
         matcher, meta = self._matcher(skey, counts, meta)
         with matcher.writing(MatchWriter(matcher.space)):
             records = matcher.expire(from_spark_ms(timerValues.getCurrentWatermarkInMs()))
-        yield from pack(self.matches_topic, records, self.direct)
+        yield from pack(self.matches_topic, records, self.direct, self.tenants)
         self._save(skey, matcher, meta, len(records), counts)
 
     def close(self) -> None:
