@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import zipfile
+from collections import Counter
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -131,3 +132,38 @@ def test_cluster_up_refuses_a_bad_memory_size(capsys):
         tsm(["cluster", "up", "--worker-memory", "lots"])
     assert exited.value.code == 2
     assert "expected a size such as 512m or 4g" in capsys.readouterr().err
+
+
+def test_the_soak_stream_reports_each_object_once_a_period_and_lives_its_lifetime():
+    from benchmarks.bench_soak import Plan, Stream
+
+    plan = Plan(rate=20.0, period_s=5.0)
+    stream = Stream(plan)
+    reports = [r for step in range(1, 201) for r in stream.reports(step * 0.05, 1000)]
+    assert len(reports) == 200 == plan.rate * 10  # (10 s: two periods)
+    ids = Counter(json.loads(r)["id"] for r in reports)
+    assert set(ids.values()) == {2} and len(ids) == plan.rate * plan.period_s
+    record = json.loads(stream.subscription(1000, 60.0))
+    assert record["valid_to"] - record["ts"] == 60_000 and "x BETWEEN" in record["where"]
+
+
+def test_the_soak_s_flatness_compares_the_second_quarter_with_the_last():
+    from benchmarks.bench_soak import Series, _quarters
+
+    rising = Series()
+    for t in range(100):
+        rising.add(t, 100.0 if t < 50 else 130.0)
+    assert _quarters(rising, 0, 100) == {"second": 100.0, "last": 130.0, "change": 0.3}
+    assert _quarters(Series(), 0, 100)["change"] is None
+
+
+def test_the_soak_reads_the_batch_log_as_it_grows(tmp_path):
+    from benchmarks.bench_soak import BatchLog
+
+    path = tmp_path / "batches.jsonl"
+    path.write_bytes(b'{"query": "soak"}\n{"batch": 0, "input_rows": 5}\n{"batch": 1, "inp')
+    log = BatchLog(path, start=0.0)
+    assert log.rows() == 5
+    with open(path, "ab") as more:
+        more.write(b'ut_rows": 7}\n')
+    assert log.rows() == 12 and [b["batch"] for b in log.read()] == [0, 1]

@@ -200,15 +200,20 @@ def application_of(run: ClusterRun, cluster: LocalCluster) -> str:
     return max(apps, key=apps.__getitem__)
 
 
-def assert_moved_off(run: ClusterRun, executor: str) -> None:
-    """The state keys that `executor` held before it died ran on another one after.
-    (Spaces `a` and `b` are on different state partitions, so each executor of two
-    holds one.)"""
-    history = run.placed()
-    held = {key for key, where in history[0].items() if where == executor}
-    assert held, history
-    after = {key: where for placed in history[1:] for key, where in placed.items()}
-    assert held <= set(after) and executor not in {after[key] for key in held}, history
+def assert_moved_off(run: ClusterRun, executor: str, before: int) -> None:
+    """The state keys that `executor` held when it died (where the first `before`
+    batches placed them) ran on other executors after. (Spaces `a` and `b` are on
+    different state partitions, so each executor of two holds one.)"""
+    batches = run.batches()
+    where: dict[str, str] = {}
+    for batch in batches[:before]:
+        where |= batch.get("placed", {})
+    held = {key for key, at in where.items() if at == executor}
+    assert held, where
+    after: dict[str, str] = {}
+    for batch in batches[before:]:
+        after |= batch.get("placed", {})
+    assert held <= set(after) and executor not in {after[key] for key in held}, batches
 
 
 def deduplicated_equals_replay(bootstrap: str, topics, want: set) -> Counter:
@@ -272,6 +277,7 @@ def test_an_executor_killed_mid_batch_loses_and_duplicates_nothing_exactly_once(
     flags = ("--available-now", "--exactly-once")
     with on_cluster(config, tmp_path, *flags) as run:
         app, executor = busy_executor(run, after_batches=2)
+        before = len(run.batches())
         killed = kill_tree(executor_process(app, executor))
         assert len(killed) >= 2  # the JVM and its Python daemon (and workers)
         assert run.wait() == 0, run.tail()
@@ -286,7 +292,7 @@ def test_an_executor_killed_mid_batch_loses_and_duplicates_nothing_exactly_once(
     counts = Counter(json.loads(v)["match_id"] for v in committed)
     assert max(counts.values()) == 1
     deduplicated_equals_replay(bootstrap, topics, want)
-    assert_moved_off(run, executor)
+    assert_moved_off(run, executor, before)
 
 
 def test_a_lost_worker_replaced_by_a_new_one_loses_nothing(
@@ -304,6 +310,7 @@ def test_a_lost_worker_replaced_by_a_new_one_loses_nothing(
     )
     with on_cluster(config, tmp_path, "--available-now") as run:
         app, executor = busy_executor(run, after_batches=2)
+        before = len(run.batches())
         worker = executor_process(app, executor).parent()
         lost = next(w for w in cluster.workers if w.pid == worker.pid)
         kill_tree(worker)
@@ -312,7 +319,7 @@ def test_a_lost_worker_replaced_by_a_new_one_loses_nothing(
     want = triples(expected([inputs_of(bootstrap, topics)])["matches"].elements())
     assert len(want) > 1000
     deduplicated_equals_replay(bootstrap, topics, want)
-    assert_moved_off(run, executor)
+    assert_moved_off(run, executor, before)
     # The master gave the application an executor on the new worker.
     workers = executors_by_worker(cluster, app)
     assert replacement.name in workers.values() and lost.name != replacement.name, workers
