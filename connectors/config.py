@@ -149,6 +149,50 @@ def producer_config(config: Mapping[str, object]) -> dict[str, object]:
     return {**PRODUCER_DEFAULTS, **config, **PRODUCER_REQUIRED}
 
 
+# librdkafka settings the Java client has no use for (its own logging is log4j's).
+_LIBRDKAFKA_ONLY = frozenset({"log_level", "debug", "receive.message.max.bytes"})
+_JAAS_MODULES = {
+    "PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
+    "SCRAM-SHA-256": "org.apache.kafka.common.security.scram.ScramLoginModule",
+    "SCRAM-SHA-512": "org.apache.kafka.common.security.scram.ScramLoginModule",
+}
+
+
+def java_client_options(options: Mapping[str, str] | None) -> dict[str, str]:
+    """`kafka.*` options written for librdkafka (`[kafka]` in tsm.toml) as Spark's JVM
+    Kafka connector takes them (`source = "native"`): the same names where the two
+    clients agree (`security.protocol`, `sasl.mechanism`, ...); `sasl.username` and
+    `sasl.password` as the `sasl.jaas.config` of the mechanism's login module;
+    `ssl.ca.location` (PEM) as a PEM trust store; librdkafka's own logging left out.
+    Other entries pass as they are."""
+    java = {k: str(v) for k, v in (options or {}).items()}
+    for key in _LIBRDKAFKA_ONLY:
+        java.pop(OPTION_PREFIX + key, None)
+    username = java.pop(OPTION_PREFIX + "sasl.username", None)
+    password = java.pop(OPTION_PREFIX + "sasl.password", None)
+    if username is not None and OPTION_PREFIX + "sasl.jaas.config" not in java:
+        mechanism = java.get(OPTION_PREFIX + "sasl.mechanism", "PLAIN").upper()
+        if mechanism not in _JAAS_MODULES:
+            raise ValueError(
+                f"sasl.mechanism {mechanism}: give kafka.sasl.jaas.config for Spark's "
+                "Kafka connector (source native) yourself"
+            )
+        java[OPTION_PREFIX + "sasl.jaas.config"] = (
+            f"{_JAAS_MODULES[mechanism]} required "
+            f"username={_jaas_quoted(username)} password={_jaas_quoted(password or '')};"
+        )
+    ca = java.pop(OPTION_PREFIX + "ssl.ca.location", None)
+    if ca is not None and OPTION_PREFIX + "ssl.truststore.location" not in java:
+        java[OPTION_PREFIX + "ssl.truststore.type"] = "PEM"
+        java[OPTION_PREFIX + "ssl.truststore.location"] = ca
+    return java
+
+
+def _jaas_quoted(text: str) -> str:
+    """A JAAS option value: double-quoted, `\\` and `"` escaped."""
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
 def kafka_python_config(
     bootstrap: str, options: Mapping[str, str] | None = None
 ) -> dict[str, object]:

@@ -72,7 +72,7 @@ from pyspark.sql.types import (
 )
 
 from connectors import offsets as off
-from connectors.config import confluent_config
+from connectors.config import confluent_config, java_client_options
 from matcher.watermark import NO_TIME, Idleness, event_time
 
 NAME = "tsm-kafka"
@@ -440,6 +440,7 @@ def read_stream(
             reader = reader.option("eventTime", "true").option("eventTime.idleMs", str(idle_ms))
     elif source == "native":
         reader = reader.format("kafka").option("includeHeaders", "true")
+        options = java_client_options(options)  # (the JVM client's names)
         if max_records_per_trigger is not None:
             reader = reader.option("maxOffsetsPerTrigger", str(max_records_per_trigger))
     else:

@@ -19,12 +19,22 @@ any frames to pass on, `flush` at the end and yield the rest.
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from typing import Protocol
 
 import pandas as pd
 
 from connectors.producer_pool import WORKER_PRODUCERS
 from connectors.sink_rows import Packer
+
+
+class Routing(Protocol):
+    """What `Routed` asks of a routing of records to topics (`connectors.tenants`)."""
+
+    def topic(self, key: bytes | None) -> str: ...
+
+    def ensure(self, topics: set[str]) -> None: ...
+
 
 # The most records a `DirectWriter` keeps (references to, about 30 MB of match
 # records) to write again after its producer failed; a batch of 100k profiles at
@@ -98,12 +108,57 @@ class DirectWriter:
             raise
 
 
-Outlet = Packer | DirectWriter
+class Routed:
+    """`Packer`'s interface over one outlet per topic, the topic of each record chosen
+    by its key (`connectors.tenants.TenantTopics.topic`: a tenant's matches to its
+    own topic). A record keeps its order among those of its topic; a topic met for
+    the first time is made first (`ensure`). Cost of `add`: a dict lookup per
+    record, and a call per topic it meets."""
+
+    def __init__(
+        self,
+        route: Callable[[bytes | None], str],
+        make: Callable[[str], Packer | DirectWriter],
+        ensure: Callable[[set[str]], None],
+    ) -> None:
+        self._route, self._make, self._ensure = route, make, ensure
+        self._outlets: dict[str, Packer | DirectWriter] = {}
+        self._topics: dict[bytes | None, str] = {}  # key → topic, as met
+
+    @property
+    def count(self) -> int:
+        return sum(out.count for out in self._outlets.values())
+
+    def add(self, records: list[tuple[bytes | None, bytes]]) -> Iterator[pd.DataFrame]:
+        runs: dict[str, list[tuple[bytes | None, bytes]]] = {}
+        for record in records:
+            topic = self._topics.get(record[0])
+            if topic is None:
+                topic = self._topics[record[0]] = self._route(record[0])
+            runs.setdefault(topic, []).append(record)
+        new = set(runs) - set(self._outlets)
+        if new:
+            self._ensure(new)
+            self._outlets.update((topic, self._make(topic)) for topic in new)
+        for topic, run in runs.items():
+            yield from self._outlets[topic].add(run)
+
+    def flush(self) -> Iterator[pd.DataFrame]:
+        for out in self._outlets.values():
+            yield from out.flush()
 
 
-def outlet(topic: str, direct: Mapping[str, object] | None = None) -> Outlet:
+Outlet = Packer | DirectWriter | Routed
+
+
+def outlet(
+    topic: str, direct: Mapping[str, object] | None = None, route: Routing | None = None
+) -> Outlet:
     """Where a stage's records of `topic` go: to Kafka from here (`DirectWriter`) when
-    given a client configuration in `direct`, else out of the stage (`Packer`)."""
+    given a client configuration in `direct`, else out of the stage (`Packer`); with a
+    `route`, to the topic it gives each record's key instead (`Routed`)."""
+    if route is not None:
+        return Routed(route.topic, lambda name: outlet(name, direct), route.ensure)
     return Packer(topic) if direct is None else DirectWriter(topic, direct)
 
 
@@ -111,8 +166,9 @@ def pack(
     topic: str,
     records: list[tuple[bytes | None, bytes]],
     direct: Mapping[str, object] | None = None,
+    route: Routing | None = None,
 ) -> Iterator[pd.DataFrame]:
-    """Records of one topic, in order, through `outlet(topic, direct)`."""
-    out = outlet(topic, direct)
+    """Records of one topic, in order, through `outlet(topic, direct, route)`."""
+    out = outlet(topic, direct, route)
     yield from out.add(records)
     yield from out.flush()

@@ -16,6 +16,8 @@ options passed to every Kafka client as `kafka.<key>`):
     shuffle_partitions = 2              # state store partitions; fixed by the checkpoint
     snapshot_every = 2000               # at least this many change-log entries per snapshot
     query_name = "tsm"
+    tenant_topic = ""                   # e.g. "tenant.{tenant}.matches": a topic a tenant
+    tenant_separator = ""               # tenant = subscriber, or its part before this
 
     [topics]
     subscriptions = "tsm.subscriptions"
@@ -58,6 +60,12 @@ about as long again to replay the log: see `streaming.state.store`). A job with
 one unsharded space loses nothing with `shuffle_partitions = 1`, which keeps
 its key on one worker (pipeline benchmark workload at 100k: every batch a
 cache hit).
+With `tenant_topic`, each match record goes to its tenant's topic instead of
+`matches` (`connectors.tenants`: the tenant is the record's subscriber, or its
+part before the first `tenant_separator`; the template holds `{tenant}` once,
+then a `.`, so that Kafka's prefixed ACLs keep tenants apart; README, "Tenants").
+Dead letters stay in `deadletter`.
+
 The cuts are fixed by the checkpoint too: `tsm run` refuses to start a
 checkpoint that holds state under other `[sharding]` tables
 (`streaming.checkpoint_guard`).
@@ -97,6 +105,8 @@ class JobConfig:
     shuffle_partitions: int = 2
     snapshot_every: int = 2000
     query_name: str = "tsm"
+    tenant_topic: str = ""
+    tenant_separator: str = ""
     topics: Topics = field(default_factory=Topics)
     sharding: dict[str, dict[str, Any]] = field(default_factory=dict)
     kafka: dict[str, str] = field(default_factory=dict)
@@ -122,6 +132,8 @@ class JobConfig:
         for name in ("bootstrap", "checkpoint", "query_name", "trigger_interval"):
             if getattr(config, name) == "":
                 raise ConfigError(f"{where}: {name} must not be empty")
+        if config.tenant_topic:
+            _check_tenant_topic(config, where)
         if config.idle_ms < 0:
             raise ConfigError(f"{where}: idle_ms must be 0 or more")
         if not 0 <= config.lateness_ms <= MAX_LATENESS_MS:
@@ -129,6 +141,25 @@ class JobConfig:
                 f"{where}: lateness_ms must be from 0 to {MAX_LATENESS_MS} (the years 1 to 9999)"
             )
         return config
+
+
+def _check_tenant_topic(config: JobConfig, where: str) -> None:
+    """A template that keeps tenants apart and can name none of the job's own topics
+    (a tenant `tsm` of `{tenant}.profiles` would feed matches back into the input)."""
+    from connectors.config import SINK_COMMITS_TOPIC
+    from connectors.tenants import TenantTopics, tenant_pattern
+
+    try:
+        TenantTopics(config.tenant_topic, config.tenant_separator)
+    except ValueError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+    pattern = tenant_pattern(config.tenant_topic)
+    for name in (*config.topics.all(), SINK_COMMITS_TOPIC):
+        if pattern.fullmatch(name):
+            raise ConfigError(
+                f"{where}: tenant_topic {config.tenant_topic!r} would name the topic {name!r} "
+                "for some tenant; make it differ (e.g. tenant.{tenant}.matches)"
+            )
 
 
 _TABLES = ("topics", "sharding", "kafka", "preload")

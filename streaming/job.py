@@ -30,12 +30,16 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from streaming.config import JobConfig
+
+if TYPE_CHECKING:
+    from connectors.tenants import TenantRouting
+    from streaming.shipping import Executors
 
 ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 BatchWriter = Callable[[DataFrame, int], None]
@@ -62,12 +66,29 @@ def session_settings(config: JobConfig) -> dict[str, str]:
 
 
 def session(
-    config: JobConfig, master: str, app_name: str, ui: bool = True, log_level: str = "WARN"
+    config: JobConfig,
+    master: str,
+    app_name: str,
+    ui: bool = True,
+    log_level: str = "WARN",
+    executors: Executors | None = None,
 ) -> SparkSession:
-    """The Spark session of `tsm run`, `tsm demo` and the pipeline benchmark."""
+    """The Spark session of `tsm run`, `tsm demo` and the pipeline benchmark.
+
+    On a cluster (`master` not `local`), the executors are as `executors` asks
+    (default `Executors()`), and the job's code goes to them as its package
+    (`streaming.shipping`)."""
+    from streaming import shipping
+
+    executors = executors or shipping.Executors()
+    cluster = shipping.is_cluster(master)
     # Every Python worker (the data source's too, which reads only the
-    # environment) must run this interpreter, which has the project installed.
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    # environment) must run an interpreter with the job's dependencies: in local
+    # mode this one, which has the project installed too.
+    if cluster:
+        os.environ["PYSPARK_PYTHON"] = executors.interpreter
+    else:
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder.master(master).appName(app_name)
     builder = builder.config("spark.ui.enabled", str(ui).lower())
     builder = builder.config("spark.ui.showConsoleProgress", "false")  # stderr is the batch log
@@ -78,9 +99,18 @@ def session(
     # key's snapshot (about 1 KB a subscription) several times over while it
     # writes it; Spark's default 1 GB runs out at about 100k subscriptions.
     builder = builder.config("spark.driver.memory", "4g")
-    for key, value in session_settings(config).items():
+    settings = session_settings(config)
+    if cluster:
+        settings |= executors.settings(config.shuffle_partitions)
+    for key, value in settings.items():
         builder = builder.config(key, value)
-    spark = builder.getOrCreate()
+    if cluster:
+        package = shipping.job_package()
+        with shipping.on_driver_path(package):
+            spark = builder.getOrCreate()
+        shipping.ship(spark.sparkContext, package)
+    else:
+        spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(log_level)
     return spark
 
@@ -93,6 +123,16 @@ def direct_output(config: JobConfig) -> dict[str, object] | None:
     if config.exactly_once:
         return None
     return confluent_config(config.bootstrap, config.kafka_options)
+
+
+def tenant_routing(config: JobConfig) -> TenantRouting | None:
+    """Where match records go by tenant (`tenant_topic`), or None: all to `matches`."""
+    from connectors.tenants import TenantRouting, TenantTopics
+
+    if not config.tenant_topic:
+        return None
+    topics = TenantTopics(config.tenant_topic, config.tenant_separator)
+    return TenantRouting(topics, config.bootstrap, config.kafka_options)
 
 
 def matched_stream(spark: SparkSession, config: JobConfig, metrics: Any) -> DataFrame:
@@ -136,6 +176,7 @@ def matched_stream(spark: SparkSession, config: JobConfig, metrics: Any) -> Data
         metrics,
         direct_output(config),
         config.preload,
+        tenant_routing(config),
     )
     return keyed.groupBy("skey").transformWithStateInPandas(
         processor, OUTPUT_DDL, outputMode="Append", timeMode="EventTime"

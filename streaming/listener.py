@@ -12,6 +12,12 @@ starting point is summed from the checkpoint's state (`live_counts`).
 The batch log is for machines: one JSON object a line, written as the
 message of the logger `streaming.listener.batches` (`BATCH_LOG`), which the
 CLI sends to stderr as it is, without a prefix and whatever the verbosity.
+
+On a cluster a batch's line also says where state keys ran when that
+changed: `"placed": {key: executor id}` for each key that ran on an executor
+other than the one of its last batch (all of them in the first), so the log
+shows which executor holds each space or shard cell, and when one moves
+after an executor is lost (`streaming.executors`).
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from typing import Any
 from pyspark.accumulators import AccumulatorParam
 from pyspark.sql.streaming import StreamingQueryListener
 
+from streaming.executors import parse_ran_counter
 from streaming.spark_time import from_spark_text
 
 COUNTERS = (
@@ -125,6 +132,7 @@ class ProgressLogger(StreamingQueryListener):
         self.metrics = metrics
         self.live = dict(live or {})
         self._seen: dict[str, int] = {}
+        self._where: dict[str, str] = {}  # state key → the executor of its last batch
 
     def onQueryStarted(self, event: Any) -> None:
         if event.name == self.query_name:
@@ -138,7 +146,20 @@ class ProgressLogger(StreamingQueryListener):
         delta = {name: total.get(name, 0) - self._seen.get(name, 0) for name in total}
         self._seen = total
         live = {name: self.live.get(name, 0) + total.get(name, 0) for name in GAUGES}
-        self._write(batch_summary(progress, delta, live))
+        summary = batch_summary(progress, delta, live)
+        placed = self._placed(delta)
+        if placed:
+            summary["placed"] = placed
+        self._write(summary)
+
+    def _placed(self, delta: dict[str, int]) -> dict[str, str]:
+        """The keys that ran on another executor than in their last batch, and where."""
+        placed = {}
+        for name, count in delta.items():
+            ran = parse_ran_counter(name) if count > 0 else None
+            if ran is not None and self._where.get(ran[0]) != ran[1]:
+                placed[ran[0]] = self._where[ran[0]] = ran[1]
+        return dict(sorted(placed.items()))
 
     def onQueryIdle(self, event: Any) -> None:
         pass

@@ -25,6 +25,7 @@ from pyspark.sql.streaming.stateful_processor import ExpiredTimerInfo, TimerValu
 
 from connectors.config import Topics
 from connectors.outlet import outlet, pack
+from connectors.tenants import TenantRouting
 from matcher.admission import in_order, late_letter, unpack_record
 from matcher.encoding import encode
 from matcher.engine import SpaceMatcher
@@ -33,6 +34,7 @@ from matcher.preload import settings as preload_settings
 from matcher.records import Source
 from matcher.sharding import Sharding
 from streaming.decode_stage import DEAD_LETTER_KEY
+from streaming.executors import executor_id, ran_counter
 from streaming.spark_time import from_spark_ms, to_spark_ms
 from streaming.state.store import MatcherStore, Meta
 
@@ -98,9 +100,11 @@ class MatchProcessor(StatefulProcessor):
         metrics: Any,
         direct: dict[str, object] | None = None,
         preload: dict[str, Any] | None = None,
+        tenants: TenantRouting | None = None,
     ) -> None:
         self.direct = direct
         self.preload = preload or {}  # `matcher.preload.settings` values, set in `init`
+        self.tenants = tenants  # match records to each tenant's topic (connectors.tenants)
         self.matches_topic = topics.matches
         self.deadletter_topic = topics.deadletter
         self.sharding = sharding
@@ -112,6 +116,7 @@ class MatchProcessor(StatefulProcessor):
         preload_settings.configure(**self.preload)  # (the worker's own process)
         self.handle = handle
         self.state = MatcherStore(handle, self.sharding, self.snapshot_every)
+        self.executor = executor_id()  # (None in local mode: nothing to place)
 
     def handleInputRows(
         self, key: tuple, rows: Iterator[pd.DataFrame], timerValues: TimerValues
@@ -141,7 +146,7 @@ class MatchProcessor(StatefulProcessor):
             elif rejects:
                 late.append((None, encode(letter)))
         batch = in_order(batch)
-        out = outlet(self.matches_topic, self.direct)
+        out = outlet(self.matches_topic, self.direct, self.tenants)
         with matcher.writing(MatchWriter(matcher.space)):
             yield from out.add(matcher.expire(watermark))
             for events in matcher.iter_batch(batch):
@@ -163,7 +168,7 @@ class MatchProcessor(StatefulProcessor):
         matcher, meta = self._matcher(skey, counts, meta)
         with matcher.writing(MatchWriter(matcher.space)):
             records = matcher.expire(from_spark_ms(timerValues.getCurrentWatermarkInMs()))
-        yield from pack(self.matches_topic, records, self.direct)
+        yield from pack(self.matches_topic, records, self.direct, self.tenants)
         self._save(skey, matcher, meta, len(records), counts)
 
     def close(self) -> None:
@@ -190,6 +195,8 @@ class MatchProcessor(StatefulProcessor):
         counts["profiles_asked"] = cells["profiles"]
         counts["profiles_from_cells"] = cells["profiles_from_cells"]
         counts["cells_bytes"] = cells["cells_bytes"]
+        if self.executor is not None:
+            counts[ran_counter(skey, self.executor)] = 1
         self.metrics.add(counts)
 
     def _move_timer(self, matcher: SpaceMatcher, meta: Meta) -> None:

@@ -52,7 +52,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "`pipeline`: the job against no-op pipelines and Spark's stream-stream join. "
         f"Results go to {RESULTS_DIR}/ unless --json or --write-docs say otherwise.",
     )
-    bench.add_argument("target", choices=("matcher", "pipeline", "routing"))
+    bench.add_argument("target", choices=("matcher", "pipeline", "routing", "soak"))
     bench.add_argument("--quick", action="store_true", help="small sizes, < 2 minutes")
     where = bench.add_mutually_exclusive_group()
     where.add_argument(
@@ -92,6 +92,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         metavar="DIR",
         help="routing: the results folder (default bench-results/routing)",
     )
+    soak = bench.add_argument_group("soak (the job on a local 2-worker cluster, in real time)")
+    soak.add_argument("--minutes", type=seconds, default=60.0, help="how long to stream (60)")
+    soak.add_argument(
+        "--subscriptions", type=int, default=100_000, metavar="N", help="live (100000)"
+    )
+    soak.add_argument("--rate", type=seconds, default=50.0, help="profiles a second (50)")
     bench.set_defaults(handler=_bench)
 
 
@@ -138,6 +144,15 @@ def _bench(args: argparse.Namespace) -> int:
     json_path = args.json
     if args.write_docs:
         json_path = DOCS_DIR / f"{args.target}.json"
+    if args.target == "soak":
+        command = "tsm bench " + " ".join(sys.argv[2:] if len(sys.argv) > 2 else ["soak"])
+        return module.main(
+            minutes=args.minutes,
+            subscriptions=args.subscriptions,
+            rate=args.rate,
+            json_path=json_path,
+            command=command,
+        )
     if args.target == "pipeline":
         return module.main(quick=args.quick, json_path=json_path, sizes=args.sizes)
     if args.target == "routing":

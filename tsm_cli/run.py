@@ -22,11 +22,13 @@ from tsm_cli.args import (
     kafka_flag,
     load_settings,
     verbosity,
+    whole,
 )
 from tsm_cli.logs import jvm_output_to, spark_log_level
 
 if TYPE_CHECKING:
     from streaming.config import JobConfig
+    from streaming.shipping import Executors
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +65,28 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--trigger-interval", metavar="INTERVAL", help="e.g. '2 seconds' (default back to back)"
     )
     p.add_argument("--lateness", type=int, metavar="MS", help="allowed lateness of event time")
-    p.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
+    p.add_argument(
+        "--master",
+        default="local[2]",
+        help="Spark master (default local[2]); spark://HOST:PORT ships the job's code to the "
+        "cluster's executors as a package (tsm cluster up starts a cluster here)",
+    )
+    p.add_argument(
+        "--executors",
+        type=whole(1),
+        metavar="N",
+        help="on a cluster: executors of one core to use, and to wait for before the first "
+        "batch (default: one per state partition, shuffle_partitions)",
+    )
+    p.add_argument(
+        "--executor-memory", default="2g", help="on a cluster: each executor's heap (default 2g)"
+    )
+    p.add_argument(
+        "--executor-python",
+        metavar="PATH",
+        help="on a cluster: the Python the executors run, with the job's dependencies "
+        "installed (default: this interpreter's path)",
+    )
     p.add_argument(
         "--spark-log",
         type=Path,
@@ -99,6 +122,8 @@ def settings(args: argparse.Namespace) -> JobConfig:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from streaming.shipping import Executors
+
     config = settings(args)
     _create_missing_topics(config, _require_broker(config))
     return run(
@@ -107,6 +132,7 @@ def _run(args: argparse.Namespace) -> int:
         available_now=bool(args.available_now),
         verbosity=verbosity(args),
         spark_log=args.spark_log,
+        executors=Executors(args.executor_python, args.executor_memory, args.executors),
     )
 
 
@@ -152,6 +178,7 @@ def run(
     available_now: bool,
     verbosity: int = 0,
     spark_log: Path | None = None,
+    executors: Executors | None = None,
 ) -> int:
     """Start the query, log each batch, stop between batches on a signal."""
     from pyspark.errors import IllegalArgumentException
@@ -162,7 +189,7 @@ def run(
 
     name, level = f"tsm run ({config.query_name})", spark_log_level(verbosity)
     with jvm_output_to(spark_log):
-        spark = job.session(config, master, name, log_level=level)
+        spark = job.session(config, master, name, log_level=level, executors=executors)
     ui = spark.sparkContext.uiWebUrl
     writes = (
         "exactly once (Kafka transactions, for read_committed consumers)"
