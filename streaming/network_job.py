@@ -39,7 +39,7 @@ from pyspark.sql.streaming import StreamingQuery
 from connectors.config import Topics, confluent_config
 from matcher.routing.network import Network
 from streaming.network_site import control_tick
-from streaming.network_topics import SiteTopics, site_topics
+from streaming.network_topics import COMPACTED, SiteTopics, site_topics
 from streaming.site_processor import OUTPUT_DDL, SiteProcessor
 
 log = logging.getLogger(__name__)
@@ -72,6 +72,7 @@ def prepare(net: Network, name: str, topics: Topics, options: Mapping[str, str])
         except BrokerUnreachable as exc:
             raise ConnectionError(f"site {name!r}: {exc}") from None
         create_topics(bootstrap, names, options=options)
+    create_topics(here.bootstrap, {here.interest: 1}, COMPACTED, options=options)
     return here
 
 

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
 from matcher.admission import Input, dead_letter, late_letter
@@ -51,11 +51,17 @@ from matcher.routing.network import Network
 from matcher.routing.offline import LinkCounts
 from matcher.routing.order import Key, record_key
 from matcher.routing.replay import decode_site_record
-from matcher.routing.site import Site
+from matcher.routing.site import InterestPort, Site
 from streaming.network_topics import SiteTopics
 
 NEVER = -math.inf
 END = math.inf
+# The port of the interest published for quenching producers (not a site name: those
+# cannot start with "~").
+PRODUCERS = "~producers"
+# The interest record that says "every profile is wanted" (with flooding, no site
+# tells its neighbours its interest, so producers cannot be told less).
+WANT_ALL = (b"*", b'{"type":"interest","all":true}')
 
 
 class KafkaRow(NamedTuple):
@@ -71,7 +77,7 @@ class KafkaRow(NamedTuple):
     watermark: int | None
 
 
-Record = tuple[bytes | None, bytes]  # (key, value)
+Record = tuple[bytes | None, bytes | None]  # (key, value); None: a tombstone
 
 
 @dataclass
@@ -82,7 +88,15 @@ class StepOutput:
     matches: list[Record] = field(default_factory=list)
     dead_letters: list[Record] = field(default_factory=list)
     links: dict[str, list[Record]] = field(default_factory=dict)
+    interest: list[Record] = field(default_factory=list)  # for quenching producers
     done: bool = False
+
+
+def interest_record(change: wire.FilterChange) -> Record:
+    """A record of the compacted interest topic: keyed by space and filter; an add
+    carries the change, a remove is a tombstone."""
+    key = json.dumps([change.space, wire.filter_json(change.filter)], separators=(",", ":"))
+    return (key.encode(), wire.encode(change) if change.op == "add" else None)
 
 
 def control_start(ends: dict[tuple[str, int], int] | None) -> bytes:
@@ -106,6 +120,12 @@ class SiteJob:
         self.topics = topics
         self.index = net.names.index(name)
         self.site = Site(name, net)
+        if net.routing != "flooding":
+            # what this site's producers are told: every subscriber's interest that
+            # reaches here, as a covering root set, each filter under its own key
+            quench = replace(net, routing="covering", advertisements=False)
+            sources = [("local", "interest")] + [(n, "interest") for n in topics.inbound]
+            self.site.add_port(InterestPort(PRODUCERS, quench), sources)
         clients = topics.topics
         self.kinds = {clients.subscriptions: "subscription", clients.profiles: "profile"}
         self.from_link = {topic: n for n, topic in topics.inbound.items()}
@@ -142,6 +162,8 @@ class SiteJob:
         self._read_local(local, now, out)
         for neighbour in sorted(links):
             self._read_link(neighbour, sorted(links[neighbour], key=lambda r: r.offset))
+        if self.batches == 1 and self.net.routing == "flooding":
+            out.interest.append(WANT_ALL)
         self._write_links(out)
         self._match(out)
         out.done = self.done
@@ -236,6 +258,9 @@ class SiteJob:
 
     def _write_links(self, out: StepOutput) -> None:
         for (neighbour, plane), (messages, wm) in self.site.run().items():
+            if neighbour == PRODUCERS:
+                out.interest += [interest_record(m) for m in messages]
+                continue
             counts = self.counts[neighbour]
             records = out.links.setdefault(neighbour, [])
             for m in messages:

@@ -8,7 +8,10 @@ A site's cluster (its `bootstrap`, its topic `prefix`) holds:
   that neighbour sends this site, every plane (interest, adverts, profiles,
   their watermarks) in one partition, in the order it was sent;
 - `<prefix>tsm.site`: the control records its own job writes for itself
-  (`control`: where its input ends, the clock ticks of an idle site).
+  (`control`: where its input ends, the clock ticks of an idle site);
+- `<prefix>tsm.interest`: compacted, keyed by space and filter: the interest
+  that reaches the site (its subscribers' and its neighbours'), as a covering
+  root set, for quenching producers (ROUTING §4).
 
 Link records are keyed by their number on the link (`n`, from 0): a record
 that a re-run batch writes again has the number it had, and the receiver
@@ -24,6 +27,8 @@ from matcher.routing.network import Network
 
 LINK_SUFFIX = ".tsm.link"
 CONTROL = "tsm.site"
+INTEREST = "tsm.interest"
+COMPACTED = {"cleanup.policy": "compact", "retention.ms": "-1"}
 
 
 @dataclass(frozen=True)
@@ -36,6 +41,7 @@ class SiteTopics:
     inbound: dict[str, str]  # neighbour -> the topic here that it writes
     outbound: dict[str, tuple[str, str]]  # neighbour -> (its bootstrap, the topic there)
     control: str
+    interest: str
 
     @property
     def local_inputs(self) -> list[str]:
@@ -87,4 +93,4 @@ def site_topics(net: Network, name: str, topics: Topics | None = None) -> SiteTo
     outbound = {
         n: (sites[n].bootstrap, link_topic(sites[n].prefix, name)) for n in net.neighbours(name)
     }
-    return SiteTopics(name, here.bootstrap, prefixed, inbound, outbound, p + CONTROL)
+    return SiteTopics(name, here.bootstrap, prefixed, inbound, outbound, p + CONTROL, p + INTEREST)

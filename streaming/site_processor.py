@@ -93,6 +93,7 @@ class SiteProcessor(StatefulProcessor):
         writes = [
             (self.topics.topics.matches, out.matches, self.local),
             (self.topics.topics.deadletter, out.dead_letters, self.local),
+            (self.topics.interest, out.interest, self.local),
         ]
         for neighbour, records in out.links.items():
             topic = self.topics.outbound[neighbour][1]
