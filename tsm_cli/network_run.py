@@ -14,10 +14,15 @@ import argparse
 import logging
 import signal
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from tsm_cli.args import CliError, client_options, load_settings, verbosity
 from tsm_cli.logs import jvm_output_to, spark_log_level
 from tsm_cli.network_replay import load_network
+
+if TYPE_CHECKING:
+    from matcher.routing.network import Network
+    from streaming.config import JobConfig
 
 log = logging.getLogger(__name__)
 
@@ -49,12 +54,7 @@ def check_arguments(args: argparse.Namespace) -> None:
 
 
 def run_network(args: argparse.Namespace) -> int:
-    """Start the sites' queries; log each batch; stop when done or on a signal."""
-    from connectors.admin import BadClientSetting
-    from streaming import job, network_job
-    from streaming.network_site import control_start
-    from streaming.stopping import POLL_SECONDS, StopFlag, StopRequested
-
+    """`tsm run --network`: the sites' queries until done or stopped."""
     net = load_network(args.network)
     names = args.site or list(net.names)
     for name in names:
@@ -63,20 +63,57 @@ def run_network(args: argparse.Namespace) -> int:
                 f"site {name!r} is not in {args.network} (its sites: {', '.join(net.names)})"
             )
     config = load_settings(args)
-    options = client_options(args, config)
-    checkpoint = Path(args.checkpoint or config.checkpoint)
+    status, _ = run_sites(
+        net,
+        names,
+        config,
+        client_options(args, config),
+        Path(args.checkpoint or config.checkpoint),
+        master=args.master,
+        available_now=bool(args.available_now),
+        max_records_per_trigger=args.max_records_per_trigger,
+        trigger_interval=args.trigger_interval,
+        spark_log=args.spark_log,
+        verbosity=verbosity(args),
+        app=f"tsm run (network {Path(args.network).name}: {', '.join(names)})",
+    )
+    return status
+
+
+def run_sites(
+    net: Network,
+    names: list[str],
+    config: JobConfig,
+    options: dict[str, str],
+    checkpoint: Path,
+    *,
+    master: str,
+    available_now: bool,
+    max_records_per_trigger: int | None = None,
+    trigger_interval: str | None = None,
+    spark_log: Path | None = None,
+    verbosity: int = 0,
+    app: str = "tsm run --network",
+) -> tuple[int, dict[str, dict[str, Any]]]:
+    """Start the sites' queries in one Spark application; log each batch; stop when
+    every site is done (`available_now`) or on a signal. The exit status, and each
+    site's last batch report (`SiteJob.report`)."""
+    from connectors.admin import BadClientSetting
+    from streaming import job, network_job
+    from streaming.network_site import control_start
+    from streaming.stopping import POLL_SECONDS, StopFlag, StopRequested
+
     runs = {}
     for name in names:
         try:
             here = network_job.prepare(net, name, config.topics, options)
         except (ValueError, ConnectionError, BadClientSetting) as exc:
             raise CliError(str(exc)) from None
-        ends = network_job.local_ends(here, options) if args.available_now else None
+        ends = network_job.local_ends(here, options) if available_now else None
         network_job.write_control(here, control_start(ends), options)
         runs[name] = network_job.SiteRun(here)
-    app = f"tsm run (network {Path(args.network).name}: {', '.join(names)})"
-    with jvm_output_to(args.spark_log):
-        spark = job.session(config, args.master, app, log_level=spark_log_level(verbosity(args)))
+    with jvm_output_to(spark_log):
+        spark = job.session(config, master, app, log_level=spark_log_level(verbosity))
     stop = StopFlag()
     failed = None
     try:
@@ -87,19 +124,18 @@ def run_network(args: argparse.Namespace) -> int:
                 site,
                 options=options,
                 checkpoint=str(checkpoint / name),
-                max_records_per_trigger=args.max_records_per_trigger
-                or config.max_records_per_trigger,
-                trigger_interval=args.trigger_interval or "1 second",
+                max_records_per_trigger=max_records_per_trigger or config.max_records_per_trigger,
+                trigger_interval=trigger_interval or "1 second",
                 guard=stop.guard,
             )
             log.info("site %s: query started (checkpoint %s)", name, checkpoint / name)
         ticker = None
-        if not args.available_now:
+        if not available_now:
             every = max(net.idle_ms / 2000, 0.5)
             ticker = network_job.Ticker([r.topics for r in runs.values()], options, every)
             ticker.__enter__()
         try:
-            failed = _wait(runs, stop, POLL_SECONDS, available_now=bool(args.available_now))
+            failed = _wait(runs, stop, POLL_SECONDS, available_now=available_now)
         finally:
             if ticker is not None:
                 ticker.__exit__()
@@ -111,10 +147,11 @@ def run_network(args: argparse.Namespace) -> int:
         spark.stop()
     if failed is not None and StopRequested.__name__ not in failed[1]:
         log.error("site %s: the query failed: %s", failed[0], failed[1].split("\n")[0])
-        return 1
+        return 1, {}
     for name, site in runs.items():
         log.info("site %s: %d batches, %s", name, site.batches, "done" if site.done else "not done")
-    return 130 if stop.signal == signal.SIGINT else 0
+    reports = {name: site.report for name, site in runs.items()}
+    return (130 if stop.signal == signal.SIGINT else 0), reports
 
 
 def _wait(runs: dict, stop, poll: float, *, available_now: bool) -> tuple[str, str] | None:
