@@ -141,9 +141,7 @@ def run_sites(
                 ticker.__exit__()
     finally:
         stop.restore()
-        for site in runs.values():
-            if site.query is not None and site.query.isActive:
-                site.query.stop()
+        _stop_between_batches(runs, POLL_SECONDS)
         spark.stop()
     if failed is not None and StopRequested.__name__ not in failed[1]:
         log.error("site %s: the query failed: %s", failed[0], failed[1].split("\n")[0])
@@ -167,6 +165,7 @@ def _wait(runs: dict, stop, poll: float, *, available_now: bool) -> tuple[str, s
         if available_now and all(site.done for site in runs.values()):
             return None
         if stop.event.is_set():
+            _stop_between_batches(runs, poll)
             return None
         if not any(site.query.isActive for site in runs.values()):
             return None
@@ -174,3 +173,17 @@ def _wait(runs: dict, stop, poll: float, *, available_now: bool) -> tuple[str, s
             runs[next(iter(runs))].query.awaitTermination(poll)
         except StreamingQueryException:
             pass  # (read from query.exception() above)
+
+
+def _stop_between_batches(runs: dict, poll: float) -> None:
+    """Stop each query when it is between batches (PLATFORM.md: not inside one)."""
+    import time
+
+    while True:
+        active = [s.query for s in runs.values() if s.query is not None and s.query.isActive]
+        if not active:
+            return
+        for query in active:
+            if not query.status["isTriggerActive"]:
+                query.stop()
+        time.sleep(poll)
