@@ -16,11 +16,12 @@ equal one matcher's (`matcher.engine.Engine`) given every site's input.
 from __future__ import annotations
 
 import json
+import os
 import pickle
 import random
 from collections import Counter
 
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from benchmarks.placement import network_toml
@@ -31,7 +32,14 @@ from matcher.routing.network import parse_network
 from streaming.network_site import KafkaRow, SiteJob, control_start
 from streaming.network_topics import site_topics
 from tests import oracle
-from tests.test_routing_equivalence import PROPS, ROUTINGS, churn, generated, qualified, trees
+from tests.test_routing_equivalence import ROUTINGS, churn, generated, qualified, trees
+
+# half the routing property's examples: each runs every site's step many times
+PROPS = settings(
+    max_examples=max(1, int(os.environ.get("TSM_EXAMPLES", 50)) // 2),
+    deadline=None,
+    print_blob=True,
+)
 
 
 class Topic:
