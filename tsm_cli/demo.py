@@ -72,6 +72,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "start, so it must be new, empty, or one the demo made",
     )
     p.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
+    p.add_argument(
+        "--network",
+        action="store_true",
+        help="the city as three sites (harbour, centre, airport: examples/network), a "
+        "broker each, routing by content; data dir .tsm/demo-network by default",
+    )
     p.set_defaults(handler=_demo)
 
 
@@ -165,6 +171,10 @@ class Report:
 
 
 def _demo(args: argparse.Namespace) -> int:
+    if args.network:
+        from tsm_cli import demo_network
+
+        return demo_network.run(args)
     from connectors.broker import BrokerError, free_port, start_broker, stop_broker
     from streaming.demo import ScenarioError, load_ticks
 

@@ -30,6 +30,7 @@ from tsm_cli.args import (
     whole,
 )
 from tsm_cli.progress import Bar
+from tsm_cli.quench import produce_quenched, quench_flags
 
 log = logging.getLogger(__name__)
 
@@ -187,6 +188,7 @@ def _register_produce(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("file", metavar="FILE", help="JSON lines; - reads stdin")
     _client_flags(parser)
     parser.add_argument("--topic", help="topic name (default: the kind's topic in the settings)")
+    quench_flags(parser)
     parser.set_defaults(handler=_produce)
 
 
@@ -198,6 +200,9 @@ def _produce(args: argparse.Namespace) -> int:
 
     config, bootstrap, options = _connect(args)
     topic = args.topic or getattr(config.topics, args.kind)
+    if args.quench:
+        with _open_input(args.file) as stream:
+            return produce_quenched(args, stream, bootstrap, topic, options)
     try:
         with _open_input(args.file) as stream, Bar(f"to {topic}", unit="records") as bar:
             lines = read_lines(stream)

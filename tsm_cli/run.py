@@ -14,6 +14,7 @@ import signal
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from tsm_cli import network_run
 from tsm_cli.args import (
     CliError,
     add_command,
@@ -94,6 +95,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="append what Spark's JVM, its Python workers and their Kafka clients print "
         "by themselves (start-up notices, worker lines, librdkafka) to FILE, not stderr",
     )
+    network_run.add_arguments(p)
     p.set_defaults(handler=_run)
 
 
@@ -122,6 +124,9 @@ def settings(args: argparse.Namespace) -> JobConfig:
 
 
 def _run(args: argparse.Namespace) -> int:
+    network_run.check_arguments(args)
+    if args.network is not None:
+        return network_run.run_network(args)
     from streaming.shipping import Executors
 
     config = settings(args)

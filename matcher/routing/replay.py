@@ -125,6 +125,12 @@ def _qualified(parsed: list[tuple[int, Input, Any, str]]) -> dict[int, str]:
     return {n: f"{key[2]}@{site}" for n, key, site in keyed if len(sites[key]) > 1}
 
 
+def decode_site_record(item: Input) -> Any:
+    """One record of a site's own topics: a subscription, a publish or retract, or an
+    advertisement; RecordError (the dead letter's reason) for one that is not."""
+    return _decode(item, _peek(item.raw), None)
+
+
 def _decode(item: Input, obj: dict[str, Any] | None, new_id: str | None) -> Any:
     if item.kind == "profile" and obj is not None:
         op = obj.get("op")

@@ -319,6 +319,14 @@ class Site:
             self.ports[n] = ports
         self.stages: list[Stage] = [self.matcher] + [p for ps in self.ports.values() for p in ps]
 
+    def add_port(self, port: Port, sources: list[tuple[str, str]]) -> None:
+        """One more port, fed by `sources` (`("local", item kind)` or `(neighbour,
+        plane)`), run after the others: e.g. the interest a streaming site publishes
+        for its quenching producers, who are not in the network file."""
+        for source in sources:
+            self._route(source, port.inbox())
+        self.stages.append(port)
+
     def _route(self, source: tuple[str, str], inbox: Inbox) -> None:
         boxes = self.routes.setdefault(source, [])
         if inbox not in boxes:

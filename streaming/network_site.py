@@ -1,0 +1,346 @@
+"""One site of a network as a step over the Kafka records its query read in a batch.
+
+`SiteJob` wraps the routing core's `matcher.routing.site.Site` (the site's
+matcher and its ports toward each neighbour) with what Kafka adds: it is the
+state of a site's streaming job, kept whole between batches (picklable), and
+`step` is one micro-batch: the records read in, the records to write out.
+
+In, by topic (`network_topics`):
+
+- the clients' subscriptions and profiles, each with the batch's watermark
+  from the event-time source (SEMANTICS §3): a record below the watermark at
+  the batch's start is late (dead letter); the others wait here until the
+  watermark passes them, and enter the site in key order (`order.Key`, its
+  position `(site, partition, offset)`), as the offline network's do;
+- the inbound link topics: records numbered per link; a number already applied
+  (written again by a re-run batch of the sender) is skipped;
+- the control topic: `start` (where the clients' input ends, for a run that
+  stops when it is done, or none) and `tick` (the clock of a live run).
+
+When the site's own input is done the site's watermark is the end (no
+limit): a run over what the topics hold now, as the offline network's end. In
+a live run, a site whose clients sent nothing for `idle_ms` (by the ticks)
+moves its watermark to the tick's time less `idle_ms`, so that a quiet site
+holds nobody up (ROUTING §4); a record that comes later with an older ts is
+late.
+
+Out: match records (keyed by subscriber) and dead letters for the site's
+cluster; per neighbour, the link records (interest, adverts, profiles) each
+plane's ports made, then that plane's watermark, which also carries the
+largest ts its sender has heard of (`max_ts`): a site that reaches the end
+expires what it holds at the largest ts of the whole network's input, as one
+matcher does at the end of its input.
+
+Each step is a function of the state and the records read: a batch that Spark
+runs again after a crash writes the same records, with the same numbers.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field, replace
+from typing import Any, NamedTuple
+
+from matcher.admission import Input, dead_letter, late_letter
+from matcher.errors import RecordError
+from matcher.events import encode
+from matcher.records import Source
+from matcher.routing import wire
+from matcher.routing.network import Network
+from matcher.routing.offline import LinkCounts
+from matcher.routing.order import Key, record_key
+from matcher.routing.replay import decode_site_record
+from matcher.routing.site import InterestPort, Site
+from streaming.network_topics import SiteTopics
+
+NEVER = -math.inf
+END = math.inf
+# The port of the interest published for quenching producers (not a site name: those
+# cannot start with "~").
+PRODUCERS = "~producers"
+# The interest record that says "every profile is wanted" (with flooding, no site
+# tells its neighbours its interest, so producers cannot be told less).
+WANT_ALL = (b"*", b'{"type":"interest","all":true}')
+
+
+class KafkaRow(NamedTuple):
+    """One record a site's query read: where from, its bytes, and (from the clients'
+    topics) the batch's watermark, epoch ms, None where the source gave none."""
+
+    topic: str | None  # None: a row that only carries the watermark
+    partition: int | None
+    offset: int | None
+    timestamp: int | None  # the Kafka timestamp, ms
+    key: bytes | None  # a link record's number on its link
+    value: bytes | None
+    watermark: int | None
+
+
+Record = tuple[bytes | None, bytes | None]  # (key, value); None: a tombstone
+
+
+@dataclass
+class StepOutput:
+    """What one batch makes: records per topic of the site's own cluster, and link
+    records per neighbour."""
+
+    matches: list[Record] = field(default_factory=list)
+    dead_letters: list[Record] = field(default_factory=list)
+    links: dict[str, list[Record]] = field(default_factory=dict)
+    interest: list[Record] = field(default_factory=list)  # for quenching producers
+    done: bool = False
+
+
+def interest_record(change: wire.FilterChange) -> Record:
+    """A record of the compacted interest topic: keyed by space and filter; an add
+    carries the change, a remove is a tombstone."""
+    key = json.dumps([change.space, wire.filter_json(change.filter)], separators=(",", ":"))
+    return (key.encode(), wire.encode(change) if change.op == "add" else None)
+
+
+def control_start(ends: dict[tuple[str, int], int] | None) -> bytes:
+    """The control record a run writes first: where its clients' input ends (None:
+    it runs on)."""
+    listed = None if ends is None else [[t, p, e] for (t, p), e in sorted(ends.items())]
+    return json.dumps({"type": "start", "ends": listed}).encode()
+
+
+def control_tick(now_ms: int) -> bytes:
+    """A live run's clock, for the idle rule."""
+    return json.dumps({"type": "tick", "now": now_ms}).encode()
+
+
+class SiteJob:
+    """A site's streaming state and its step (see the module docstring)."""
+
+    def __init__(self, net: Network, name: str, topics: SiteTopics) -> None:
+        self.net = net
+        self.name = name
+        self.topics = topics
+        self.index = net.names.index(name)
+        self.site = Site(name, net)
+        if net.routing != "flooding":
+            # what this site's producers are told: every subscriber's interest that
+            # reaches here, as a covering root set, each filter under its own key
+            quench = replace(net, routing="covering", advertisements=False)
+            sources = [("local", "interest")] + [(n, "interest") for n in topics.inbound]
+            self.site.add_port(InterestPort(PRODUCERS, quench), sources)
+        clients = topics.topics
+        self.kinds = {clients.subscriptions: "subscription", clients.profiles: "profile"}
+        self.from_link = {topic: n for n, topic in topics.inbound.items()}
+        self.local_wm = NEVER
+        self.pending: list[tuple[Key, Any, tuple[bytes, Source]]] = []
+        self.read_to: dict[tuple[str, int], int] = {}  # next offset of each input partition
+        self.ends: dict[tuple[str, int], int] | None = None  # where the clients' input ends
+        self.quiet_since: int | None = None  # tick time since the clients sent nothing
+        self.applied = dict.fromkeys(topics.inbound, -1)  # last link record number applied
+        self.sent = dict.fromkeys(topics.inbound, 0)  # next link record number
+        self.max_ts = NEVER  # the largest ts heard of: this site's input and the links'
+        self.counts = {n: LinkCounts() for n in topics.inbound}
+        self.inbound_wm: dict[str, dict[str, float]] = {n: {} for n in topics.inbound}
+        self.batches = 0
+
+    # -- the step ---------------------------------------------------------------
+
+    def step(self, rows: list[KafkaRow]) -> StepOutput:
+        """One micro-batch: apply `rows`, return what to write. Deterministic."""
+        out = StepOutput()
+        self.batches += 1
+        local, links, control = [], {}, []
+        for row in rows:
+            if row.topic in self.kinds:
+                local.append(row)
+            elif row.topic in self.from_link:
+                links.setdefault(self.from_link[row.topic], []).append(row)
+            elif row.topic == self.topics.control:
+                control.append(row)
+            if row.topic is not None:
+                tp = (row.topic, row.partition)
+                self.read_to[tp] = max(self.read_to.get(tp, 0), row.offset + 1)
+        now = self._control(sorted(control, key=lambda r: r.offset))
+        self._read_local(local, now, out)
+        for neighbour in sorted(links):
+            self._read_link(neighbour, sorted(links[neighbour], key=lambda r: r.offset))
+        if self.batches == 1 and self.net.routing == "flooding":
+            out.interest.append(WANT_ALL)
+        self._write_links(out)
+        self._match(out)
+        out.done = self.done
+        return out
+
+    @property
+    def done(self) -> bool:
+        """Every stage has passed the end: nothing more can come or go."""
+        return all(stage.done == END for stage in self.site.stages)
+
+    def _control(self, rows: list[KafkaRow]) -> int | None:
+        """Apply the control records; the last tick's time, if any."""
+        now = None
+        for row in rows:
+            obj = json.loads(row.value)
+            if obj["type"] == "start":
+                ends = obj["ends"]
+                self.ends = None if ends is None else {(t, p): e for t, p, e in ends}
+            elif obj["type"] == "tick":
+                now = obj["now"]
+        return now
+
+    def _read_local(self, rows: list[KafkaRow], now: int | None, out: StepOutput) -> None:
+        start_wm = self.local_wm
+        batch_wm = NEVER
+        records = 0
+        for row in sorted(rows, key=_local_order(self.topics.local_inputs)):
+            if row.watermark is not None:
+                batch_wm = max(batch_wm, row.watermark)
+            if row.topic is None:
+                continue
+            records += 1
+            kind = self.kinds[row.topic]
+            source = Source(topic=row.topic, partition=row.partition, offset=row.offset)
+            raw = row.value or b""
+            try:
+                record = decode_site_record(Input(kind, raw, source, row.timestamp))
+            except RecordError as exc:
+                out.dead_letters.append((None, encode(dead_letter(str(exc), raw, source))))
+                continue
+            letter = late_letter(record.ts, start_wm, 0, raw, source)
+            if letter is not None:
+                out.dead_letters.append((None, encode(letter)))
+                continue
+            key = record_key(record.ts, kind, (self.index, row.partition, row.offset))
+            self.pending.append((key, record, (raw, source)))
+        wm = max(start_wm, batch_wm)
+        if self.ends is not None and all(
+            self.read_to.get(tp, 0) >= end for tp, end in self.ends.items()
+        ):
+            wm = END
+        elif records:
+            self.quiet_since = None
+        elif now is not None and self.ends is None:
+            if self.quiet_since is None:
+                self.quiet_since = now
+            elif now - self.quiet_since >= self.net.idle_ms:
+                wm = max(wm, now - self.net.idle_ms)
+        self.local_wm = wm
+        self.pending.sort(key=lambda p: p[0])
+        cut = 0
+        while cut < len(self.pending) and self.pending[cut][0].ts < wm:
+            cut += 1
+        ready, self.pending = self.pending[:cut], self.pending[cut:]
+        self.site.read(ready, wm)
+        local = self.site.local
+        for (raw, source), reason in local.refused:
+            out.dead_letters.append((None, encode(dead_letter(reason, raw, source))))
+        local.refused.clear()
+        if local.accepted:
+            self.max_ts = max(self.max_ts, local.max_ts)
+            local.accepted.clear()
+
+    def _read_link(self, neighbour: str, rows: list[KafkaRow]) -> None:
+        last = self.applied[neighbour]
+        for row in rows:
+            n = int(row.key)
+            if n <= last:
+                continue
+            last = n
+            message = wire.decode(row.value)
+            if isinstance(message, wire.Watermark):
+                heard = json.loads(row.value).get("max_ts")
+                if heard is not None:
+                    self.max_ts = max(self.max_ts, heard)
+                self.inbound_wm[neighbour][message.plane] = message.ts
+                self.site.deliver(neighbour, message.plane, [], message.ts)
+            else:
+                plane = "profile" if isinstance(message, wire.ProfileForward) else message.type
+                self.site.deliver(neighbour, plane, [message], NEVER)
+        self.applied[neighbour] = last
+
+    def _write_links(self, out: StepOutput) -> None:
+        for (neighbour, plane), (messages, wm) in self.site.run().items():
+            if neighbour == PRODUCERS:
+                out.interest += [interest_record(m) for m in messages]
+                continue
+            counts = self.counts[neighbour]
+            records = out.links.setdefault(neighbour, [])
+            for m in messages:
+                value = wire.encode(m)
+                records.append(self._numbered(neighbour, value))
+                counts.bytes += len(value)
+                if isinstance(m, wire.FilterChange):
+                    if m.type == "interest":
+                        counts.interest_messages += 1
+                    else:
+                        counts.advert_messages += 1
+                elif isinstance(m.record, wire.Publish):
+                    counts.profiles_forwarded += 1
+                else:
+                    counts.retracts_forwarded += 1
+            mark = wire.Watermark(plane, wm).to_json()
+            mark["max_ts"] = None if self.max_ts == NEVER else int(self.max_ts)
+            value = json.dumps(mark, separators=(",", ":")).encode()
+            records.append(self._numbered(neighbour, value))
+            counts.watermarks += 1
+            counts.bytes += len(value)
+        for neighbour, (entries, peak) in self.site.table_entries().items():
+            self.counts[neighbour].table_entries = entries
+            self.counts[neighbour].table_peak = peak
+        for neighbour, ports in self.site.ports.items():
+            for port in ports:
+                if hasattr(port, "catch_ups"):
+                    self.counts[neighbour].catch_ups = port.catch_ups
+
+    def _numbered(self, neighbour: str, value: bytes) -> Record:
+        n = self.sent[neighbour]
+        self.sent[neighbour] = n + 1
+        return (str(n).encode(), value)
+
+    def _match(self, out: StepOutput) -> None:
+        matcher = self.site.matcher
+        matcher.match()
+        matcher.decided.clear()
+        until = matcher.done if matcher.done != END else self.max_ts
+        if until != NEVER:
+            for space, m in matcher.spaces.items():
+                for rank, event in m.expire_ranked(until):
+                    matcher.events.append((space, None, rank, event))
+        for _, _, _, event in matcher.events:
+            out.matches.append((str(event["subscriber"]).encode(), encode(event)))
+        matcher.events.clear()
+
+    # -- what the progress log and `tsm net status` show --------------------------
+
+    def report(self) -> dict[str, Any]:
+        """The site's watermarks and, per outbound link, the §6 counts."""
+        return {
+            "site": self.name,
+            "local_watermark": _ts(self.local_wm),
+            "matcher_watermark": _ts(self.site.matcher.done),
+            "pending": len(self.pending),
+            "links": {f"{self.name}->{n}": _counts(c) for n, c in self.counts.items()},
+            "inbound_watermarks": {
+                f"{n}->{self.name}": {p: _ts(w) for p, w in marks.items()}
+                for n, marks in self.inbound_wm.items()
+            },
+            "done": self.done,
+        }
+
+
+def _counts(counts: LinkCounts) -> dict[str, int]:
+    """The counts a job knows (false positives are known only downstream)."""
+    return {k: v for k, v in counts.to_json().items() if k != "false_positives"}
+
+
+def _ts(value: float) -> int | str | None:
+    if value == NEVER:
+        return None
+    return "end" if value == END else int(value)
+
+
+def _local_order(topics: list[str]):
+    rank = {t: i for i, t in enumerate(topics)}
+
+    def key(row: KafkaRow) -> tuple:
+        return (rank.get(row.topic, -1), row.partition or 0, row.offset or 0)
+
+    return key

@@ -1,0 +1,153 @@
+"""A network of streaming site jobs (`streaming.network_site`) equals one matcher.
+
+Kafka is simulated in memory, Spark is not needed: each site's job is its
+`SiteJob` state stepped over the records a batch would read. Its clients'
+topics are read in chunks cut at a common event time, with the watermark the
+event-time source gives (the next chunk's first ts, the largest ts seen at the
+end); link topics are read as far as a random number of records, so links
+lag at random; the sites step in a random order. Some steps crash after
+writing a random part of their output and run again from the state before
+(as Spark re-runs a batch whose commit did not happen): the receivers must
+apply each link record once, and the match records differ only by
+duplicates. The union of the sites' match records, without duplicates, must
+equal one matcher's (`matcher.engine.Engine`) given every site's input.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import random
+from collections import Counter
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from benchmarks.placement import network_toml
+from matcher.engine import Engine, Input
+from matcher.events import encode
+from matcher.records import Source
+from matcher.routing.network import parse_network
+from streaming.network_site import KafkaRow, SiteJob, control_start
+from streaming.network_topics import site_topics
+from tests import oracle
+from tests.test_routing_equivalence import ROUTINGS, churn, generated, qualified, trees
+
+# half the routing property's examples: each runs every site's step many times
+PROPS = settings(
+    max_examples=max(1, int(os.environ.get("TSM_EXAMPLES", 50)) // 2),
+    deadline=None,
+    print_blob=True,
+)
+
+
+class Topic:
+    """One partition of a simulated Kafka topic: (key, value) records in order."""
+
+    def __init__(self) -> None:
+        self.records: list[tuple[bytes | None, bytes]] = []
+
+
+def run_network(net, subs: list[dict], profiles: list[dict], rng: random.Random) -> list[bytes]:
+    """Every site's job over its records; the match records they wrote."""
+    topics = {name: site_topics(net, name) for name in net.names}
+    kafka: dict[tuple[str, str], Topic] = {}
+
+    def topic(site: str, name: str) -> Topic:
+        return kafka.setdefault((site, name), Topic())
+
+    chunks: dict[str, list[list[KafkaRow]]] = {}
+    for name, t in topics.items():
+        own = [("subscription", r) for r in subs if r["site"] == name]
+        own += [("profile", r) for r in profiles if r["site"] == name]
+        own.sort(key=lambda kr: (oracle.to_ms(kr[1]["ts"]), kr[0] != "subscription"))
+        offsets: Counter = Counter()
+        rows = []
+        for kind, rec in own:
+            name_of = t.topics.subscriptions if kind == "subscription" else t.topics.profiles
+            value = json.dumps({k: v for k, v in rec.items() if k != "site"}).encode()
+            rows.append((oracle.to_ms(rec["ts"]), name_of, offsets[name_of], value))
+            offsets[name_of] += 1
+        cut = sorted(rng.sample(range(1, len(rows)), min(len(rows) - 1, 3))) if rows else []
+        parts = [rows[a:b] for a, b in zip([0, *cut], [*cut, len(rows)], strict=True) if b > a]
+        chunks[name] = []
+        for i, part in enumerate(parts):
+            wm = parts[i + 1][0][0] if i + 1 < len(parts) else part[-1][0]
+            chunks[name].append([KafkaRow(tp, 0, off, None, None, v, wm) for _, tp, off, v in part])
+        ends = {(t.topics.subscriptions, 0): offsets[t.topics.subscriptions]}
+        ends[(t.topics.profiles, 0)] = offsets[t.topics.profiles]
+        topic(name, t.control).records.append((None, control_start(ends)))
+
+    jobs = {name: SiteJob(net, name, topics[name]) for name in net.names}
+    read: Counter = Counter()
+    matches: list[bytes] = []
+    for _ in range(2000):
+        if all(job.done for job in jobs.values()):
+            break
+        name = rng.choice(net.names)
+        t = topics[name]
+        rows = chunks[name].pop(0) if chunks[name] and rng.random() < 0.7 else []
+        for source in t.link_inputs:
+            records = topic(name, source).records
+            start = read[name, source]
+            stop = rng.randint(start, len(records)) if rng.random() < 0.5 else len(records)
+            rows += [
+                KafkaRow(source, 0, off, None, records[off][0], records[off][1], None)
+                for off in range(start, stop)
+            ]
+            read[name, source] = stop
+        rng.shuffle(rows)  # (a batch's rows come in no particular order)
+        if rng.random() < 0.2:  # a crash after part of the output was written
+            doomed = pickle.loads(pickle.dumps(jobs[name])).step(rows)
+            write(doomed, topics, topic, name, matches, rng)
+        jobs[name] = pickle.loads(pickle.dumps(jobs[name]))
+        write(jobs[name].step(rows), topics, topic, name, matches, None)
+    assert all(job.done for job in jobs.values()), {n: j.report() for n, j in jobs.items()}
+    assert all(not job.pending for job in jobs.values())
+    return matches
+
+
+def write(out, topics, topic, name, matches, rng) -> None:
+    """A step's output; with `rng`, a random prefix of each of its parts (a crash)."""
+
+    def part(records):
+        return records[: rng.randint(0, len(records))] if rng else records
+
+    matches += [value for _, value in part(out.matches)]
+    for neighbour, records in out.links.items():
+        link = topics[name].outbound[neighbour][1]
+        topic(neighbour, link).records.extend(part(records))
+
+
+def one_matcher(subs: list[dict], profiles: list[dict]) -> list[bytes]:
+    items = [
+        Input("subscription", json.dumps(r), Source(file="subs", line=i))
+        for i, r in enumerate(subs, start=1)
+    ] + [
+        Input("profile", json.dumps(r), Source(file="profiles", line=i))
+        for i, r in enumerate(profiles, start=1)
+    ]
+    return [encode(o.value) for o in Engine().process_batch(items) if o.topic == "matches"]
+
+
+def with_bootstraps(toml: str, names: list[str]) -> str:
+    for i, name in enumerate(names):
+        toml = toml.replace(f"[sites.{name}]\n", f'[sites.{name}]\nbootstrap = "h:{i}"\n')
+    return toml
+
+
+@PROPS
+@given(st.data(), trees(), ROUTINGS, st.integers(0, 2**16))
+def test_streaming_sites_equal_one_matcher(data, tree, routing, seed):
+    order, links = tree
+    subs, profiles = data.draw(churn(order) if data.draw(st.booleans()) else generated(order))
+    # ids unique across sites (a streaming site cannot know another site's ids)
+    records = qualified([("subscription", r) for r in subs] + [("profile", r) for r in profiles])
+    subs = [r for kind, r in records if kind == "subscription"]
+    profiles = [r for kind, r in records if kind == "profile"]
+    net = parse_network(with_bootstraps(network_toml(list(order), links, *routing), order))
+    got = run_network(net, subs, profiles, random.Random(seed))
+    expected = one_matcher(subs, profiles)
+    assert len(set(expected)) == len(expected)
+    assert sorted(set(got)) == sorted(expected)
