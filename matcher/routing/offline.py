@@ -62,6 +62,8 @@ class LinkCounts:
     table_peak: int = 0
     bytes: int = 0
     watermarks: int = 0
+    move_messages: int = 0  # asks and handovers (ROUTING §5)
+    handover_records: int = 0  # subscriptions and profiles handed over
 
     def to_json(self) -> dict[str, int]:
         return dict(self.__dict__)
@@ -80,6 +82,7 @@ class Result:
     simulated_ms: float = 0.0
     deliveries: int = 0
     latencies: list[float] = field(default_factory=list)  # ms, a match record each
+    markers: dict[str, list[tuple[Key, dict]]] = field(default_factory=dict)  # `moved`, per site
 
     def latency(self) -> dict[str, float]:
         """Simulated ms from a record's arrival at its site to its matches' being made
@@ -169,6 +172,10 @@ class OfflineNetwork:
                             counts.interest_messages += 1
                         else:
                             counts.advert_messages += 1
+                    elif isinstance(m, wire.Ask | wire.Handover):
+                        counts.move_messages += 1
+                        if isinstance(m, wire.Handover):
+                            counts.handover_records += len(m.records)
                     elif isinstance(m.record, wire.Publish):
                         counts.profiles_forwarded += 1
                         forwarded[direction].append(m.record)
@@ -205,4 +212,5 @@ class OfflineNetwork:
             now,
             deliveries,
             latencies,
+            {name: s.matcher.markers for name, s in sites.items()},
         )
