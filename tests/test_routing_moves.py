@@ -163,9 +163,13 @@ def items_of(subs: list[dict], profiles: list[dict]) -> list[Input]:
 
 def one_matcher(subs: list[dict], profiles: list[dict]) -> list[dict]:
     """One matcher's records for every record but the moves (same lines as the
-    network's input: a position is a line)."""
+    network's input: a position is a line), to the input's largest ts."""
     items = [i for i in items_of(subs, profiles) if json.loads(i.raw)["op"] != "move"]
-    return [o.value for o in Engine().process_batch(items) if o.topic == "matches"]
+    engine = Engine()
+    out = engine.process_batch(items)
+    # (time passes with the moves too: the end's watermark is the input's largest ts)
+    out += engine.advance(max([r["ts"] for r in subs + profiles if r["op"] == "move"] or [0]))
+    return [o.value for o in out if o.topic == "matches"]
 
 
 def by_space(records: list[dict]) -> dict[str, list[bytes]]:
@@ -195,9 +199,12 @@ def assert_follows(net, subs, profiles, homes, delays=None):
         for i, rec in enumerate(subs + profiles)
         if rec["op"] != "move"
     ]
-    reference, _ = oracle.OracleEngine().process_batch(
+    engine = oracle.OracleEngine()
+    reference, _ = engine.process_batch(
         [(k, r, (0 if k == "subscription" else 1, i)) for k, r, i in lines]
     )
+    engine.mark = max([r["ts"] for r in subs + profiles if r["op"] == "move"] or [0])
+    reference += engine.process_batch([])[0]
     assert oracle.by_pair(expected) == oracle.by_pair(reference)
     return out
 

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from matcher.routing import wire
+from matcher.routing.moves import Move
 from matcher.routing.network import Network
 from matcher.routing.order import Key
 from matcher.routing.site import Site
@@ -187,7 +188,9 @@ class OfflineNetwork:
                 at = max(at, arrivals.get((direction, plane), 0.0))
                 arrivals[direction, plane] = at
                 push(at, "link", (direction, plane, blobs, wm))
-        end_ts = max(site.local.max_ts for site in sites.values())
+        # (the whole input's largest ts: its moves' too, as the old sites evict at them)
+        moves = [k.ts for recs in inputs.values() for k, rec, _ in recs if isinstance(rec, Move)]
+        end_ts = max([site.local.max_ts for site in sites.values()] + moves)
         for site in sites.values():
             site.matcher.finish(end_ts)
             for n, (entries, peak) in site.table_entries().items():
