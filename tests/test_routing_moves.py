@@ -50,6 +50,7 @@ PROPS = settings(
 )
 BASE = 1_700_000_000_000
 SPACES = ("A", "B")
+IGNORED = ("move", "advertise", "unadvertise")  # by the one matcher
 
 
 @st.composite
@@ -164,7 +165,7 @@ def items_of(subs: list[dict], profiles: list[dict]) -> list[Input]:
 def one_matcher(subs: list[dict], profiles: list[dict]) -> list[dict]:
     """One matcher's records for every record but the moves (same lines as the
     network's input: a position is a line), to the input's largest ts."""
-    items = [i for i in items_of(subs, profiles) if json.loads(i.raw)["op"] != "move"]
+    items = [i for i in items_of(subs, profiles) if json.loads(i.raw)["op"] not in IGNORED]
     engine = Engine()
     out = engine.process_batch(items)
     # (time passes with the moves too: the end's watermark is the input's largest ts)
@@ -197,7 +198,7 @@ def assert_follows(net, subs, profiles, homes, delays=None):
     lines = [
         ("subscription" if i < len(subs) else "profile", rec, i)
         for i, rec in enumerate(subs + profiles)
-        if rec["op"] != "move"
+        if rec["op"] not in IGNORED
     ]
     engine = oracle.OracleEngine()
     reference, _ = engine.process_batch(
@@ -223,9 +224,16 @@ def test_a_subscriber_following_moves_sees_what_one_matcher_shows(
 ):
     order, links = tree
     subs, profiles, homes = data.draw(mobile(order))
+    with_adverts = data.draw(st.booleans())
+    if with_adverts:  # the sites that publish advertise all they publish; the others not
+        for site in {r["site"] for r in profiles if r["op"] == "publish"}:
+            for space in SPACES:
+                ad = {"op": "advertise", "id": "all", "space": space, "where": "TRUE"}
+                profiles.append(ad | {"ts": BASE - 1, "site": site})
     if data.draw(st.booleans()):
         profiles.sort(key=lambda r: r["ts"])
-    net = parse_network(network_toml(list(order), links, *routing, idle))
+    toml = network_toml(list(order), links, *routing, idle, advertisements=with_adverts)
+    net = parse_network(toml)
     out = assert_follows(net, subs, profiles, homes, Delays(seed=seed, base_ms=base))
     moved = [m for m in out.matches if m["event"] == "moved"]
     event(f"moved records > 0: {bool(moved)}")
@@ -357,3 +365,24 @@ def test_a_subscriber_who_moves_back_and_forth_is_followed():
     profiles = [pub("p", 5, 2, "b"), pub("p", 15, 3, "b"), pub("q", 35, 2.5, "a")]
     out = assert_follows(line_of_three(), subs, profiles, {"alice": "a"})
     assert [m["to"] for m in out.matches if m["event"] == "moved"] == ["c", "a", "b", "c"]
+
+
+def test_a_profile_moved_where_nothing_advertises_it_takes_its_box_along():
+    """With advertisements, the ferry moves to c, whose advertisement does not cover
+    it: c advertises its box while it holds it, so bob's interest at b reaches c and
+    the ferry's next version there ends his pair."""
+    net = parse_network(
+        'routing = "covering"\nadvertisements = true\nlinks = [["a", "b"], ["b", "c"]]\n'
+        "[sites.a]\n[sites.b]\n[sites.c]\n"
+    )
+    subs = [sub("s-b", 0, "x < 4", "b", subscriber="bob")]
+    advert = {"op": "advertise", "id": "ad", "space": "A", "ts": BASE - 1}
+    profiles = [
+        advert | {"where": "TRUE", "site": "a"},
+        advert | {"where": "x > 5", "site": "c"},
+        pub("ferry", 5, 2, "a"),
+        move(20, "a", "c", id="ferry", space="A"),
+        pub("ferry", 40, 7, "c"),
+    ]
+    out = assert_follows(net, subs, profiles, {"bob": "b"})
+    assert [m["event"] for m in out.matches] == ["match", "unmatch"]

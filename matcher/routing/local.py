@@ -274,7 +274,12 @@ class LocalSource:
         assert isinstance(pub, Publish)
         self._end_profile(key, pub.space, pub.id)
         if self.advertisements:
-            self._ads(pub.space).hold(pub.id, self._ads(pub.space).admitting(pub))
+            ads = self._ads(pub.space)
+            under = ads.admitting(pub)
+            if not under:
+                under, changes = ads.carry(pub)
+                self._emit_adverts(key, pub.space, changes)
+            ads.hold(pub.id, under)
         self._hold_profile(key, pub)
         self.out.append((key, ("pub", ProfileMoved(pub, move.origin, self.site))))
 
