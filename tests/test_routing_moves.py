@@ -169,8 +169,12 @@ def one_matcher(subs: list[dict], profiles: list[dict]) -> list[dict]:
     engine = Engine()
     out = engine.process_batch(items)
     # (time passes with the moves too: the end's watermark is the input's largest ts)
-    out += engine.advance(max([r["ts"] for r in subs + profiles if r["op"] == "move"] or [0]))
+    out += engine.advance(last_move(subs + profiles))
     return [o.value for o in out if o.topic == "matches"]
+
+
+def last_move(records: list[dict]) -> int:
+    return max([oracle.to_ms(r["ts"]) for r in records if r["op"] == "move"] or [0])
 
 
 def by_space(records: list[dict]) -> dict[str, list[bytes]]:
@@ -204,7 +208,7 @@ def assert_follows(net, subs, profiles, homes, delays=None):
     reference, _ = engine.process_batch(
         [(k, r, (0 if k == "subscription" else 1, i)) for k, r, i in lines]
     )
-    engine.mark = max([r["ts"] for r in subs + profiles if r["op"] == "move"] or [0])
+    engine.mark = last_move(subs + profiles)
     reference += engine.process_batch([])[0]
     assert oracle.by_pair(expected) == oracle.by_pair(reference)
     return out
@@ -386,3 +390,34 @@ def test_a_profile_moved_where_nothing_advertises_it_takes_its_box_along():
     ]
     out = assert_follows(net, subs, profiles, {"bob": "b"})
     assert [m["event"] for m in out.matches] == ["match", "unmatch"]
+
+
+def test_the_moves_example_follows_the_ferry_and_the_commuter():
+    """examples/network/moves, as `tsm replay --network` runs it (a subprocess)."""
+    from tests.test_replay import EXAMPLES, replay
+
+    folder = EXAMPLES / "network" / "moves"
+    files = ("--subscriptions", folder / "subscriptions.jsonl", "--profiles")
+    done = replay("--network", folder / "net.toml", *files, folder / "profiles.jsonl")
+    assert done.returncode == 0, done.stderr.decode()
+    records = [json.loads(line) for line in done.stdout.splitlines()]
+    maria = [(r["event"], r["site"]) for r in records if r["subscriber"] == "maria"]
+    assert maria == [
+        ("match", "centre"),
+        ("match", "centre"),
+        ("update", "harbour"),
+        ("unmatch", "harbour"),
+        ("update", "island"),
+        ("unmatch", "island"),
+        ("moved", "centre"),
+        ("moved", "harbour"),
+    ]
+    ferry = [(r["subscriber"], r["event"]) for r in records if r.get("profile_id") == "ferry-1"]
+    assert ("harbour-ops", "unmatch") in ferry and ("island-pier", "match") in ferry
+    assert b"1 dead letters" in done.stderr and b"moves" in done.stderr
+    subs = [json.loads(line) for line in (folder / "subscriptions.jsonl").read_text().splitlines()]
+    profiles = [json.loads(line) for line in (folder / "profiles.jsonl").read_text().splitlines()]
+    subs = [r for r in subs if r.get("subscriber") != "nobody"]
+    homes = {"maria": "centre", "harbour-ops": "harbour", "island-pier": "island"}
+    net = parse_network((folder / "net.toml").read_text())
+    assert_follows(net, subs, profiles, homes)
