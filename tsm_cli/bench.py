@@ -48,7 +48,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "`pipeline`: the job against no-op pipelines and Spark's stream-stream join. "
         f"Results go to {RESULTS_DIR}/ unless --json or --write-docs say otherwise.",
     )
-    bench.add_argument("target", choices=("matcher", "pipeline", "routing"))
+    bench.add_argument("target", choices=("matcher", "pipeline", "routing", "mobility"))
     bench.add_argument("--quick", action="store_true", help="small sizes, < 2 minutes")
     where = bench.add_mutually_exclusive_group()
     where.add_argument(
@@ -79,7 +79,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--results",
         type=Path,
         metavar="DIR",
-        help="routing: the results folder (default bench-results/routing)",
+        help="routing, mobility: the results folder (default bench-results/TARGET)",
     )
     bench.set_defaults(handler=_bench)
 
@@ -127,6 +127,9 @@ def _bench(args: argparse.Namespace) -> int:
         json_path = DOCS_DIR / f"{args.target}.json"
     if args.target == "pipeline":
         return module.main(quick=args.quick, json_path=json_path, sizes=args.sizes)
+    if args.target == "mobility":
+        command = "tsm bench " + " ".join(sys.argv[2:] if len(sys.argv) > 2 else ["mobility"])
+        return module.main(args.quick, args.results, args.write_docs, command)
     if args.target == "routing":
         if args.sizes is not None and len(args.sizes) != 1:
             raise CliError("--sizes takes one size for the routing benchmark (its subscriptions)")

@@ -260,6 +260,7 @@ class LocalStage:
         self.answers: list[Handover] = []  # made, not yet sent
         self.wm = NEVER  # every item with a ts below it is taken
         self.waiting: Key | None = None  # the move it stops at
+        self.taken: list[Key] = []  # the moves to this site taken, for the caller to time
 
     def own(self, key: Key, record: Any, handle: Any) -> None:
         self._push(key, "own", record, handle)
@@ -290,6 +291,7 @@ class LocalStage:
                     break
                 heapq.heappop(heap)
                 local.hand_in(key, item, handover, handle)
+                self.taken.append(key)
             else:
                 heapq.heappop(heap)
                 local.feed(key, item, handle)

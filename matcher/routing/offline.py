@@ -84,13 +84,17 @@ class Result:
     deliveries: int = 0
     latencies: list[float] = field(default_factory=list)  # ms, a match record each
     markers: dict[str, list[tuple[Key, dict]]] = field(default_factory=dict)  # `moved`, per site
+    move_waits: list[float] = field(default_factory=list)  # ms, a move each (to its handover)
 
-    def latency(self) -> dict[str, float]:
+    def latency(self, waits: list[float] | None = None) -> dict[str, float]:
         """Simulated ms from a record's arrival at its site to its matches' being made
-        at theirs (the wait for every link's watermark included): p50, p99, max."""
-        if not self.latencies:
+        at theirs (the wait for every link's watermark included): p50, p99, max. (Or
+        of other `waits`: those of moves, from a move's arrival at its new site to
+        its taking over there.)"""
+        waits = self.latencies if waits is None else waits
+        if not waits:
             return {"p50": 0.0, "p99": 0.0, "max": 0.0}
-        ordered = sorted(self.latencies)
+        ordered = sorted(waits)
 
         def at(q: float) -> float:
             return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 3)
@@ -216,4 +220,5 @@ class OfflineNetwork:
             deliveries,
             latencies,
             {name: s.matcher.markers for name, s in sites.items()},
+            [at - arrived[key] for s in sites.values() for key, at in s.moved_at.items()],
         )

@@ -68,6 +68,7 @@ class Output:
             "largest_table": total["table_peak"],
             "simulated_ms": round(self.result.simulated_ms, 3),
             "latency_ms": self.result.latency(),
+            "move_wait_ms": self.result.latency(self.result.move_waits),
             "deliveries": self.result.deliveries,
         }
 

@@ -360,6 +360,7 @@ class Site:
         self.local = LocalSource(name, advertisements=net.advertisements)
         self.stage = LocalStage(name, self.local)
         self.desk = MoveDesk(name, net)
+        self.moved_at: dict[Key, float] = {}  # processing time each move here was taken
         self.matcher = Matcher()
         flooding = net.routing == "flooding"
         self.ports: dict[str, list[Port]] = {}
@@ -448,6 +449,9 @@ class Site:
         per (neighbour, plane): its records and the plane's watermark."""
         self.matcher.now = now
         self._run_local()
+        for key in self.stage.taken:
+            self.moved_at[key] = now
+        self.stage.taken.clear()
         out: dict[tuple[str, str], tuple[list[Message], float]] = {}
         for stage in self.stages:
             if stage.run() and isinstance(stage, Port):
