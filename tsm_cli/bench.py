@@ -52,7 +52,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "`pipeline`: the job against no-op pipelines and Spark's stream-stream join. "
         f"Results go to {RESULTS_DIR}/ unless --json or --write-docs say otherwise.",
     )
-    bench.add_argument("target", choices=("matcher", "pipeline", "routing", "soak"))
+    bench.add_argument("target", choices=("matcher", "pipeline", "routing", "mobility", "soak"))
     bench.add_argument("--quick", action="store_true", help="small sizes, < 2 minutes")
     where = bench.add_mutually_exclusive_group()
     where.add_argument(
@@ -90,7 +90,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--results",
         type=Path,
         metavar="DIR",
-        help="routing: the results folder (default bench-results/routing)",
+        help="routing, mobility: the results folder (default bench-results/TARGET)",
     )
     soak = bench.add_argument_group("soak (the job on a local 2-worker cluster, in real time)")
     soak.add_argument("--minutes", type=seconds, default=60.0, help="how long to stream (60)")
@@ -144,8 +144,8 @@ def _bench(args: argparse.Namespace) -> int:
     json_path = args.json
     if args.write_docs:
         json_path = DOCS_DIR / f"{args.target}.json"
+    command = "tsm bench " + " ".join(sys.argv[2:] if len(sys.argv) > 2 else [args.target])
     if args.target == "soak":
-        command = "tsm bench " + " ".join(sys.argv[2:] if len(sys.argv) > 2 else ["soak"])
         return module.main(
             minutes=args.minutes,
             subscriptions=args.subscriptions,
@@ -155,11 +155,12 @@ def _bench(args: argparse.Namespace) -> int:
         )
     if args.target == "pipeline":
         return module.main(quick=args.quick, json_path=json_path, sizes=args.sizes)
+    if args.target == "mobility":
+        return module.main(args.quick, args.results, args.write_docs, command)
     if args.target == "routing":
         if args.sizes is not None and len(args.sizes) != 1:
             raise CliError("--sizes takes one size for the routing benchmark (its subscriptions)")
         size = args.sizes[0] if args.sizes else None
-        command = "tsm bench " + " ".join(sys.argv[2:] if len(sys.argv) > 2 else ["routing"])
         return module.main(args.quick, args.results, args.write_docs, args.workloads, size, command)
     return module.main(
         args.quick, json_path, args.sizes, args.workloads, args.budget, args.contenders

@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
+from tsm_cli import follow
 from tsm_cli.args import (
     CliError,
     add_command,
@@ -251,6 +252,7 @@ def _register_consume(subparsers: argparse._SubParsersAction) -> None:
         help="hide records of open and aborted transactions (use with `run --exactly-once`)",
     )
     parser.add_argument("--group", help="consumer group (default: a fresh one per run)")
+    follow.add_arguments(parser)
     parser.set_defaults(handler=_consume)
 
 
@@ -258,6 +260,9 @@ def _consume(args: argparse.Namespace) -> int:
     from confluent_kafka import KafkaException
 
     from connectors.consume import as_json_line, consume_values
+
+    if follow.wanted(args):
+        return follow.run(args)
 
     config, bootstrap, options = _connect(args)
     topic = args.topic or getattr(config.topics, args.kind)

@@ -23,6 +23,7 @@ COLUMNS = (
     ("profiles", "profiles_forwarded"),
     ("retracts", "retracts_forwarded"),
     ("false+", "false_positives"),
+    ("moves", "move_messages"),
     ("table", "table_peak"),
     ("bytes", "bytes"),
 )

@@ -26,8 +26,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from matcher.constraints import Conjunction
+from matcher.constraints import Conjunction, predicate_of
 from matcher.errors import RecordError
+from matcher.filter_json import parse_filter
 from matcher.records import OPEN, Publish, Source, Subscribe, decode
 
 OPS = ("advertise", "unadvertise")
@@ -131,6 +132,17 @@ class LocalAdverts:
                 out += self._count(ad.filters, -1)
         return out
 
+    def carry(self, pub: Publish) -> tuple[list[tuple[str, int]], list[tuple[str, Conjunction]]]:
+        """A profile that moved here and that no advertisement of this site covers is
+        held under one of its own: its box, in force until the profile ends (its
+        publisher's advertisement moves with it, as far as it goes). The key to
+        `hold` it under, and the change to what is in force."""
+        self._version += 1
+        key = ("", self._version)  # (no advertisement's id is empty)
+        box = box_filter(pub)
+        self._ads[key] = _Ad([box], withdrawn=True)
+        return [key], self._count([box], +1)
+
     def _withdraw(self, ident: str) -> list[tuple[str, Conjunction]]:
         version = self._current.pop(ident, None)
         if version is None:
@@ -155,3 +167,15 @@ class LocalAdverts:
 def profile_end(pub: Publish) -> float:
     """The ts from which a profile is no longer held: after its valid_to."""
     return OPEN if pub.valid_to == OPEN else pub.valid_to + 1
+
+
+def box_filter(pub: Publish) -> Conjunction:
+    """The filter that allows exactly a profile's box: each attribute its value (a
+    number's interval)."""
+    atoms = []
+    for name, value in pub.profile.attrs.items():
+        if isinstance(value, tuple):
+            atoms.append({"attr": name, "op": "between", "value": list(value)})
+        else:
+            atoms.append({"attr": name, "op": "=", "value": value})
+    return predicate_of(parse_filter([atoms]))[0]

@@ -48,7 +48,7 @@ import numpy as np
 
 from matcher.constraints import Conjunction
 from matcher.double_forest import DoubleForest
-from matcher.records import Publish, Retract
+from matcher.records import Publish, Retract, to_state
 from matcher.routing.cover_set import CoverSet
 from matcher.routing.order import CATCH_UP, Key
 
@@ -174,6 +174,28 @@ class Forwarder:
                 elif theirs is before:
                     self.stale.put(theirs)
         return out
+
+    # -- a profile that moved (ROUTING §5, `moves`) ----------------------------
+
+    def moved(self, pub: Publish, toward: str) -> None:
+        """A profile moved between two sites at this version; `toward` says which end
+        lies behind the link alone. Toward the new site ("new"), its versions now
+        come from the neighbour's side: forget it. Toward the old one ("old"), it
+        comes from this side, and the neighbour holds it (every site on the way
+        takes it). Otherwise it comes from this side as before. O(log n)."""
+        if self.flooding:
+            return
+        if toward == "new":
+            self.held.drop(pub.id)
+            self._forget(pub.id)
+            return
+        current = self.held.by_id.get(pub.id)
+        if current is not None and to_state(current[0]) == to_state(pub):
+            pub = current[0]  # (the object `theirs` may hold: versions are told by it)
+        else:
+            self.held.put(pub)
+        if toward == "old":
+            self._sent(pub)
 
     def _overlaps(self, pub: Publish) -> bool:
         return bool(self.table.overlapping([pub.profile])[0])

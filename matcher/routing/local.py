@@ -14,7 +14,9 @@ of SEMANTICS §5) become a stream of keyed items:
   (`adverts.LocalAdverts`).
 
 With advertisements on, a publish that no advertisement of the site covers is
-refused here, with a reason for the dead letters. Expiry-driven items wait in
+refused here, with a reason for the dead letters. A client's `move`
+(`moves`) takes its subscriptions or profile out of one site's source
+(`hand_out`) into another's (`hand_in`), with the items that says. Expiry-driven items wait in
 a timer heap and come out in key order: before the first record with a
 larger key, or when the watermark passes them (`release`).
 """
@@ -25,8 +27,9 @@ import heapq
 import math
 from typing import Any
 
-from matcher.records import OPEN, Publish, Retract, Subscribe, Unsubscribe
+from matcher.records import OPEN, Publish, Retract, Subscribe, Unsubscribe, from_state, to_state
 from matcher.routing.adverts import Advertise, LocalAdverts, Unadvertise
+from matcher.routing.moves import Ask, Handover, Marker, Move, ProfileMoved, SubsMoved
 from matcher.routing.order import EXPIRY, Key
 
 Item = tuple[Any, ...]
@@ -61,6 +64,8 @@ class LocalSource:
             tuple[str, str], tuple[int, Subscribe]
         ] = {}  # (space, id) -> (version, rec)
         self._profiles: dict[tuple[str, str], tuple[int, Publish]] = {}
+        self._by_subscriber: dict[str, set[tuple[str, str]]] = {}  # -> (space, id) held
+        self._moved: dict[tuple[str, str, str], int] = {}  # client -> ts it last moved here or away
         self._adverts: dict[str, LocalAdverts] = {}
         self._version = 0
         self.accepted: list[tuple[str, Key]] = []  # (space, key) of each record let through
@@ -95,7 +100,7 @@ class LocalSource:
             if kind == 0:
                 held = self._subs.get((space, ident))
                 if held is not None and held[0] == version:
-                    del self._subs[space, ident]
+                    self._drop_sub(space, ident)
                     self._interest(key, "remove", held[1])
             else:
                 held = self._profiles.get((space, ident))
@@ -112,21 +117,35 @@ class LocalSource:
 
     def _subscribe(self, key: Key, rec: Subscribe) -> None:
         self.out.append((key, ("sub", rec)))
-        old = self._subs.pop((rec.space, rec.id), None)
+        old = self._drop_sub(rec.space, rec.id)
         self._interest(key, "add", rec)
         if old is not None:
-            self._interest(key, "remove", old[1])
+            self._interest(key, "remove", old)
+        self._hold_sub(key, rec)
+
+    def _hold_sub(self, key: Key, rec: Subscribe) -> None:
         self._version += 1
         self._subs[rec.space, rec.id] = (self._version, rec)
+        self._by_subscriber.setdefault(rec.subscriber, set()).add((rec.space, rec.id))
         if rec.valid_to != OPEN:
             end = _end(rec.valid_to, key)
             heapq.heappush(self._timers, (end, 0, rec.space, rec.id, self._version))
 
+    def _drop_sub(self, space: str, ident: str) -> Subscribe | None:
+        old = self._subs.pop((space, ident), None)
+        if old is None:
+            return None
+        mine = self._by_subscriber[old[1].subscriber]
+        mine.discard((space, ident))
+        if not mine:
+            del self._by_subscriber[old[1].subscriber]
+        return old[1]
+
     def _unsubscribe(self, key: Key, rec: Unsubscribe) -> None:
         self.out.append((key, ("sub", rec)))
-        old = self._subs.pop((rec.space, rec.id), None)
+        old = self._drop_sub(rec.space, rec.id)
         if old is not None:
-            self._interest(key, "remove", old[1])
+            self._interest(key, "remove", old)
 
     def _interest(self, key: Key, op: str, rec: Subscribe) -> None:
         for conj in rec.predicate:
@@ -136,25 +155,28 @@ class LocalSource:
 
     def _publish(self, key: Key, rec: Publish, handle: Any) -> None:
         if self.advertisements:
-            ads = self._ads(rec.space)
-            under = ads.admitting(rec)
+            under = self._ads(rec.space).admitting(rec)
             if not under:
                 self.refused.append((handle, outside_reason(rec, self.site)))
                 return
             self._end_profile(key, rec.space, rec.id)
-            ads.hold(rec.id, under)
-            self._version += 1
-            self._profiles[rec.space, rec.id] = (self._version, rec)
-            if rec.valid_to != OPEN:
-                end = _end(rec.valid_to, key)
-                heapq.heappush(self._timers, (end, 1, rec.space, rec.id, self._version))
+            self._ads(rec.space).hold(rec.id, under)
+        self._hold_profile(key, rec)
         self.accepted.append((rec.space, key))
         self.out.append((key, ("pub", rec)))
 
+    def _hold_profile(self, key: Key, rec: Publish) -> None:
+        """Keep the live version of an own profile (what a move hands over), until it
+        is replaced, retracted, moved away or expires."""
+        self._version += 1
+        self._profiles[rec.space, rec.id] = (self._version, rec)
+        if rec.valid_to != OPEN:
+            end = _end(rec.valid_to, key)
+            heapq.heappush(self._timers, (end, 1, rec.space, rec.id, self._version))
+
     def _retract(self, key: Key, rec: Retract) -> None:
         self.out.append((key, ("pub", rec)))
-        if self.advertisements:
-            self._end_profile(key, rec.space, rec.id)
+        self._end_profile(key, rec.space, rec.id)
 
     def _end_profile(self, key: Key, space: str, ident: str) -> None:
         if self._profiles.pop((space, ident), None) is not None:
@@ -172,3 +194,104 @@ class LocalSource:
         if self.advertisements:
             for op, conj in changes:
                 self.out.append((key, ("advert", op, space, conj)))
+
+    # -- moves (ROUTING §5, `moves`) ------------------------------------------
+
+    def hand_out(self, key: Key, ask: Ask) -> Handover:
+        """The answer to a move away from this site at `key`: the client's live records,
+        taken out of this source (a subscriber's `Marker` and her filters' removal,
+        just after the key, go out with them), or a refusal. O(the client's records)."""
+        self.release(key)
+        client = (ask.kind, ask.space, ask.client)
+        if self._moved.get(client) == key.ts:
+            return _refusal(
+                ask,
+                f"{_who(ask)} moves twice at ts {key.ts}: a client moves at "
+                "most once a millisecond",
+            )
+        if ask.kind == "subscription":
+            held = sorted(self._by_subscriber.get(ask.client, ()))
+            if not held:
+                return _refusal(
+                    ask,
+                    f"nothing to move: {_who(ask)} has no live subscription at "
+                    f"site {self.site!r} at ts {key.ts} (a move back must come "
+                    "at a later ts than the move there)",
+                )
+            records = [self._subs[h][1] for h in held]
+            for space, ident in held:
+                self._drop_sub(space, ident)
+            for space in sorted({r.space for r in records}):
+                ids = tuple(r.id for r in records if r.space == space)
+                self.out.append((key, ("sub", SubsMoved(space, ids, (), key.ts))))
+            self.out.append((key, ("sub", Marker(ask.client, ask.target, key.ts))))
+            for rec in records:
+                self._interest(key.next(1), "remove", rec)
+        else:
+            held_pub = self._profiles.get((ask.space, ask.client))
+            if held_pub is None:
+                return _refusal(
+                    ask,
+                    f"nothing to move: {_who(ask)} is not live at site "
+                    f"{self.site!r} at ts {key.ts} (never published there, "
+                    "retracted, expired, or moved on)",
+                )
+            records = [held_pub[1]]
+            self._end_profile(key, ask.space, ask.client)
+            self.out.append((key, ("pub", ProfileMoved(held_pub[1], self.site, ask.target))))
+        self._moved[client] = key.ts
+        return Handover(
+            ask.kind,
+            ask.client,
+            ask.space,
+            ask.origin,
+            ask.target,
+            key,
+            tuple(to_state(r) for r in records),
+        )
+
+    def hand_in(self, key: Key, move: Move, handover: Handover, handle: Any) -> None:
+        """A move to this site at `key`, with the old site's answer: hold the client's
+        records as this site's own, or refuse the move (a dead letter)."""
+        if handover.refused is not None:
+            self.refused.append((handle, handover.refused))
+            return
+        self._moved[move.client_key] = key.ts
+        records = [from_state(text) for text in handover.records]
+        if move.kind == "subscription":
+            for rec in records:
+                assert isinstance(rec, Subscribe)
+                old = self._drop_sub(rec.space, rec.id)
+                if old is not None:
+                    self._interest(key, "remove", old)
+                self._interest(key, "add", rec)
+                self._hold_sub(key, rec)
+            for space in sorted({r.space for r in records}):
+                mine = tuple(r for r in records if r.space == space)
+                self.out.append((key, ("sub", SubsMoved(space, (), mine, key.ts))))
+            return
+        (pub,) = records
+        assert isinstance(pub, Publish)
+        self._end_profile(key, pub.space, pub.id)
+        if self.advertisements:
+            ads = self._ads(pub.space)
+            under = ads.admitting(pub)
+            if not under:
+                under, changes = ads.carry(pub)
+                self._emit_adverts(key, pub.space, changes)
+            ads.hold(pub.id, under)
+        self._hold_profile(key, pub)
+        self.out.append((key, ("pub", ProfileMoved(pub, move.origin, self.site))))
+
+    def refuse(self, handle: Any, reason: str) -> None:
+        self.refused.append((handle, reason))
+
+
+def _who(ask: Ask) -> str:
+    if ask.kind == "subscription":
+        return f"subscriber {ask.client!r}"
+    return f"profile {ask.client!r} in space {ask.space!r}"
+
+
+def _refusal(ask: Ask, reason: str) -> Handover:
+    return Handover(ask.kind, ask.client, ask.space, ask.origin, ask.target, ask.key, (), reason)

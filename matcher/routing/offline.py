@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from matcher.routing import wire
+from matcher.routing.moves import Move
 from matcher.routing.network import Network
 from matcher.routing.order import Key
 from matcher.routing.site import Site
@@ -62,6 +63,8 @@ class LinkCounts:
     table_peak: int = 0
     bytes: int = 0
     watermarks: int = 0
+    move_messages: int = 0  # asks and handovers (ROUTING §5)
+    handover_records: int = 0  # subscriptions and profiles handed over
 
     def to_json(self) -> dict[str, int]:
         return dict(self.__dict__)
@@ -80,13 +83,18 @@ class Result:
     simulated_ms: float = 0.0
     deliveries: int = 0
     latencies: list[float] = field(default_factory=list)  # ms, a match record each
+    markers: dict[str, list[tuple[Key, dict]]] = field(default_factory=dict)  # `moved`, per site
+    move_waits: list[float] = field(default_factory=list)  # ms, a move each (to its handover)
 
-    def latency(self) -> dict[str, float]:
+    def latency(self, waits: list[float] | None = None) -> dict[str, float]:
         """Simulated ms from a record's arrival at its site to its matches' being made
-        at theirs (the wait for every link's watermark included): p50, p99, max."""
-        if not self.latencies:
+        at theirs (the wait for every link's watermark included): p50, p99, max. (Or
+        of other `waits`: those of moves, from a move's arrival at its new site to
+        its taking over there.)"""
+        waits = self.latencies if waits is None else waits
+        if not waits:
             return {"p50": 0.0, "p99": 0.0, "max": 0.0}
-        ordered = sorted(self.latencies)
+        ordered = sorted(waits)
 
         def at(q: float) -> float:
             return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 3)
@@ -169,6 +177,10 @@ class OfflineNetwork:
                             counts.interest_messages += 1
                         else:
                             counts.advert_messages += 1
+                    elif isinstance(m, wire.Ask | wire.Handover):
+                        counts.move_messages += 1
+                        if isinstance(m, wire.Handover):
+                            counts.handover_records += len(m.records)
                     elif isinstance(m.record, wire.Publish):
                         counts.profiles_forwarded += 1
                         forwarded[direction].append(m.record)
@@ -180,7 +192,9 @@ class OfflineNetwork:
                 at = max(at, arrivals.get((direction, plane), 0.0))
                 arrivals[direction, plane] = at
                 push(at, "link", (direction, plane, blobs, wm))
-        end_ts = max(site.local.max_ts for site in sites.values())
+        # (the whole input's largest ts: its moves' too, as the old sites evict at them)
+        moves = [k.ts for recs in inputs.values() for k, rec, _ in recs if isinstance(rec, Move)]
+        end_ts = max([site.local.max_ts for site in sites.values()] + moves)
         for site in sites.values():
             site.matcher.finish(end_ts)
             for n, (entries, peak) in site.table_entries().items():
@@ -205,4 +219,6 @@ class OfflineNetwork:
             now,
             deliveries,
             latencies,
+            {name: s.matcher.markers for name, s in sites.items()},
+            [at - arrived[key] for s in sites.values() for key, at in s.moved_at.items()],
         )

@@ -6,8 +6,11 @@ extended to what links carry: `(ts, class, position, seq)`.
 - class `EXPIRY` (0): what an expiry causes at `valid_to + 1` (the interest of
   an expired subscription, an advertisement whose last profile ended), before
   anything at that ts, as the matcher evicts before it applies;
-- class `SUBSCRIPTIONS` (1): subscription records and the interest they cause;
-- class `PROFILES` (2): profiles-topic records (publish, retract, advertise,
+- class `MOVES` (1): a client's `move` (ROUTING §5, `moves`): what leaves the
+  old site and arrives at the new one, after the expiries at that ts and
+  before the client's own records at it;
+- class `SUBSCRIPTIONS` (2): subscription records and the interest they cause;
+- class `PROFILES` (3): profiles-topic records (publish, retract, advertise,
   unadvertise) and the forwards and advertisements they cause.
 
 `position` is the record's place in its input (in `tsm replay`, its line:
@@ -21,7 +24,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-EXPIRY, SUBSCRIPTIONS, PROFILES = 0, 1, 2
+EXPIRY, MOVES, SUBSCRIPTIONS, PROFILES = 0, 1, 2, 3
 CATCH_UP = -1
 
 

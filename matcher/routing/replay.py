@@ -9,14 +9,21 @@ site's topics. A record that names a site the file does not is a dead letter.
 of record), each site's records of it are known as `id@site` from the start:
 this is what the single matcher that the network is compared with sees, so
 both make the same match records, `match_id` included. Ids used at one site
-only are kept as they are.
+only are kept as they are, and so are ids used at sites that moves of their
+client join (ROUTING §5: a client takes its ids along); where moves join the
+sites of an id into several groups, `site` is the first site of each group
+in file order.
 
 **Order.** The match records of all sites come out in the order one matcher
 gives the same input in one batch (`tsm replay`): space by space, by the
 record that caused each (SEMANTICS §5), the records of one cause by the other
 side's id; an expiry is placed where one matcher meets it, before the first
 record of its space with a larger ts (or at the end). Each record gets a
-`site` field: the subscriber's site, where it was made.
+`site` field: the subscriber's site, where it was made. The `moved` records
+of moves (ROUTING §5) follow, in event-time order. `site_streams` gives each
+site's records as its own matches topic holds them: in the order the site
+decides them, each `moved` record after everything its site made for the
+subscriber before the move (what `--follow-moves` reads).
 """
 
 from __future__ import annotations
@@ -34,6 +41,7 @@ from matcher.events import profile_digest
 from matcher.records import Publish, decode, to_state, version_of
 from matcher.routing.adverts import OPS as ADVERT_OPS
 from matcher.routing.adverts import decode_advert
+from matcher.routing.moves import decode_move, move_key
 from matcher.routing.network import Network
 from matcher.routing.offline import Delays, LinkCounts, OfflineNetwork, Result
 from matcher.routing.order import SUBSCRIPTIONS, Key, record_key
@@ -60,6 +68,7 @@ class Output:
             "largest_table": total["table_peak"],
             "simulated_ms": round(self.result.simulated_ms, 3),
             "latency_ms": self.result.latency(),
+            "move_wait_ms": self.result.latency(self.result.move_waits),
             "deliveries": self.result.deliveries,
         }
 
@@ -78,7 +87,7 @@ def replay_network(net: Network, items: list[Input], delays: Delays | None = Non
                 dead.append(((n,), _letter(reason, item, net.first)))
                 continue
         parsed.append((n, item, obj, site))
-    renamed = _qualified(parsed)
+    renamed = _qualified(parsed, net.names)
     inputs: dict[str, list[tuple[Key, Any, Any]]] = {name: [] for name in net.names}
     for n, item, obj, site in parsed:
         try:
@@ -86,14 +95,19 @@ def replay_network(net: Network, items: list[Input], delays: Delays | None = Non
         except RecordError as exc:
             dead.append(((n,), _letter(str(exc), item, site)))
             continue
-        inputs[site].append((record_key(record.ts, item.kind, item.source.position), record, n))
+        position = item.source.position
+        if record.op == "move":
+            key = move_key(record.ts, item.kind, position)
+        else:
+            key = record_key(record.ts, item.kind, position)
+        inputs[site].append((key, record, n))
     for records in inputs.values():
         records.sort(key=lambda r: r[0])
     result = OfflineNetwork(net, delays or Delays()).run(inputs)
     for site, n, reason in result.refused:
         dead.append(((n,), _letter(reason, items[n], site)))
     dead.sort(key=lambda d: d[0])
-    matches = ordered_matches(result)
+    matches = ordered_matches(result) + ordered_markers(result)
     count_false_positives(net, result)
     return Output(matches, [d for _, d in dead], result.links, result)
 
@@ -110,19 +124,60 @@ def _letter(reason: str, item: Input, site: str) -> dict[str, Any]:
     return {**dead_letter(reason, item.raw, item.source), "site": site}
 
 
-def _qualified(parsed: list[tuple[int, Input, Any, str]]) -> dict[int, str]:
-    """The records whose id is used at two sites: their new id, `id@site`."""
+def _qualified(parsed: list[tuple[int, Input, Any, str]], names: tuple[str, ...]) -> dict[int, str]:
+    """The records whose id is used at two sites that no moves of its client join:
+    their new id, `id@site` (the first site of their group)."""
     sites: dict[tuple, set[str]] = defaultdict(set)
     keyed = []
+    subscribers: dict[tuple, set[str]] = defaultdict(set)
+    joins: dict[tuple, list[tuple[str, str]]] = defaultdict(list)  # client -> moves
     for n, item, obj, site in parsed:
-        if obj is None or item.kind == "profile" and obj.get("op") in ADVERT_OPS:
+        op = None if obj is None else obj.get("op")
+        if obj is None or item.kind == "profile" and op in ADVERT_OPS:
             continue
+        if op == "move" and isinstance(obj.get("from"), str):
+            if item.kind == "subscription":
+                joins["subscriber", str(obj.get("subscriber"))].append((obj["from"], site))
+                continue
+            client = ("profile", json.dumps(obj.get("space")), str(obj.get("id")))
+            joins[client].append((obj["from"], site))
         ident, space = obj.get("id"), obj.get("space")
         if isinstance(ident, str | int) and not isinstance(ident, bool):
             key = (item.kind, json.dumps(space), str(ident))
             sites[key].add(site)
             keyed.append((n, key, site))
-    return {n: f"{key[2]}@{site}" for n, key, site in keyed if len(sites[key]) > 1}
+            if op == "subscribe":
+                subscribers[key].add(str(obj.get("subscriber")))
+    group: dict[tuple, dict[str, str]] = {}
+    for key, used in sites.items():
+        if len(used) > 1:
+            if key[0] == "subscription":
+                clients = [("subscriber", s) for s in sorted(subscribers[key])]
+            else:
+                clients = [("profile", key[1], key[2])]
+            first = _groups(names, [m for c in clients for m in joins.get(c, ())])
+            if len({first.get(s, s) for s in used}) > 1:
+                group[key] = first
+    return {n: f"{key[2]}@{group[key].get(site, site)}" for n, key, site in keyed if key in group}
+
+
+def _groups(names: tuple[str, ...], links: list[tuple[str, str]]) -> dict[str, str]:
+    """Each site mapped to the first site (in `names` order) of the group that the
+    moves in `links` join it to."""
+    parent = {n: n for n in names}
+
+    def root(n: str) -> str:
+        while parent[n] != n:
+            n = parent[n]
+        return n
+
+    for a, b in links:
+        if a in parent and b in parent:
+            ra, rb = root(a), root(b)
+            if ra != rb:
+                first, other = sorted((ra, rb), key=names.index)
+                parent[other] = first
+    return {n: root(n) for n in names}
 
 
 def decode_site_record(item: Input) -> Any:
@@ -132,6 +187,9 @@ def decode_site_record(item: Input) -> Any:
 
 
 def _decode(item: Input, obj: dict[str, Any] | None, new_id: str | None) -> Any:
+    if obj is not None and obj.get("op") == "move":
+        obj = obj if new_id is None else {**obj, "id": new_id}
+        return decode_move(item.kind, obj, item.source, item.timestamp)
     if item.kind == "profile" and obj is not None:
         op = obj.get("op")
         if op in ADVERT_OPS:
@@ -161,6 +219,31 @@ def ordered_matches(result: Result) -> list[dict[str, Any]]:
             )
     out.sort(key=lambda pair: pair[0])
     return [e for _, e in out]
+
+
+def ordered_markers(result: Result) -> list[dict[str, Any]]:
+    """Every site's `moved` records, with `site`, in event-time order."""
+    keyed = [(key, site, m) for site, ms in result.markers.items() for key, m in ms]
+    keyed.sort(key=lambda t: (t[0], t[1]))
+    return [{**m, "site": site} for _, site, m in keyed]
+
+
+def site_streams(result: Result) -> dict[str, list[dict[str, Any]]]:
+    """Each site's match and `moved` records, as its own matches topic holds them: in
+    the order the site decides them (by the key of what caused each; what its
+    matcher evicts at the end, last), a `moved` record after the records of its
+    move's key."""
+    out = {}
+    for site, events in result.events.items():
+        keyed: list[tuple[tuple, dict[str, Any]]] = []
+        for space, cause, rank, event in events:
+            place = (0, cause, 0, space) if cause is not None else (1, (), 0, space)
+            keyed.append(((*place, rank), event))
+        for key, marker in result.markers.get(site, []):
+            keyed.append(((0, key, 1, "", ()), marker))
+        keyed.sort(key=lambda pair: pair[0])
+        out[site] = [event for _, event in keyed]
+    return out
 
 
 def _global(key: Key) -> tuple:

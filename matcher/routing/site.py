@@ -22,6 +22,12 @@ so no two sites wait for each other: the adverts plane waits only for
 adverts, interest for interest and N's adverts, profiles for profiles and N's
 interest. Every stage's state and every item it passes is a plain record: a
 streaming site keeps the same stages, one Kafka topic per link and plane.
+
+Moves (`moves`) add two planes, `ask` and `handover`, kept by a `MoveDesk`;
+the site's own records reach its stages through a `LocalStage`, which takes
+them in key order together with the asks it answers and the moves it waits
+for. The matcher and the profile ports also read the profile handovers
+passing through (`moves.ProfileMoved`).
 """
 
 from __future__ import annotations
@@ -35,6 +41,16 @@ from matcher.records import Publish, Retract
 from matcher.routing.forwarding import Forwarder
 from matcher.routing.interest import Eligible, Identity, Strategy, strategy
 from matcher.routing.local import LocalSource
+from matcher.routing.moves import (
+    Ask,
+    LocalStage,
+    Marker,
+    Move,
+    MoveDesk,
+    ProfileMoved,
+    SubsMoved,
+    moved_item,
+)
 from matcher.routing.network import Network
 from matcher.routing.order import Key
 from matcher.routing.wire import FilterChange, Message, ProfileForward
@@ -117,6 +133,7 @@ class Matcher(Stage):
         self._last_made: dict[tuple[str, int, str], Key] = {}  # (space, kind, id) -> key
         # (space, the key of the record that caused it or None at the end, rank, event)
         self.events: list[tuple[str, Key | None, tuple, dict]] = []
+        self.markers: list[tuple[Key, dict]] = []  # `moved` records, at their move's key
 
     def handle(self, items: list[tuple[Key, Any]]) -> None:
         self._pending += items
@@ -129,26 +146,68 @@ class Matcher(Stage):
         that made the version expiring (one matcher meets the expiry at its first
         record after that one with a larger ts than its `valid_to`)."""
         per_space: dict[str, list[tuple[Key, Any]]] = {}
+        markers = []
         for key, item in self._pending:
-            record = item.record if isinstance(item, ProfileForward) else item[1]
+            moved = moved_item(item)
+            if isinstance(moved, Marker):
+                self.markers.append((key, moved.event()))
+                markers.append((key, moved))
+                continue
+            record = moved or (item.record if isinstance(item, ProfileForward) else item[1])
             per_space.setdefault(record.space, []).append((key, record))
         self._pending = []
+        if markers:  # (a subscriber leaves: every space evicts what expired before)
+            for space in self.spaces.keys() | per_space.keys():
+                keyed = per_space.setdefault(space, [])
+                keyed += markers
+                keyed.sort(key=lambda pair: pair[0])
         for space, keyed in per_space.items():
             matcher = self.spaces.get(space)
             if matcher is None:
                 matcher = self.spaces[space] = SpaceMatcher(space)
-            upserts: dict[tuple[int, str], list[tuple[int, Key]]] = {}
-            for i, (key, record) in enumerate(keyed):
-                if record.op in ("subscribe", "publish"):
-                    code = 0 if record.kind == "subscription" else 1
-                    upserts.setdefault((code, record.id), []).append((i, key))
-            ranked = matcher.apply_batch_ranked([r for _, r in keyed])
-            for (index, *rank), event in ranked:
-                if rank[0] == 0:
-                    rank.append(self._made(space, upserts, index, rank[2], rank[3]))
-                self.events.append((space, keyed[index][0], tuple(rank), event))
-            for (code, ident), made in upserts.items():
-                self._last_made[space, code, ident] = made[-1][1]
+            run: list[tuple[Key, Any]] = []
+            for key, record in keyed:
+                if isinstance(record, SubsMoved | ProfileMoved | Marker):
+                    self._apply(space, matcher, run)
+                    run = []
+                    self._move(space, matcher, key, record)
+                else:
+                    run.append((key, record))
+            self._apply(space, matcher, run)
+
+    def _move(self, space: str, matcher: SpaceMatcher, key: Key, item: Any) -> None:
+        """A move at `key`: evict what expired before its ts (those pairs end where
+        they were, before a `moved` record), then hold or drop the moved records
+        with no match records."""
+        for rank, event in matcher.expire_ranked(key.ts):
+            made = self._last_made[space, rank[2], rank[3]]
+            self.events.append((space, key, (*rank, made), event))
+        if isinstance(item, Marker):
+            return
+        if isinstance(item, ProfileMoved):
+            matcher.restore("profile", item.record.id, item.record)
+            self._last_made[space, 1, item.record.id] = key
+            return
+        for ident in item.ids:
+            matcher.restore("subscription", ident, None)
+        for rec in item.records:
+            matcher.restore("subscription", rec.id, rec)
+            self._last_made[space, 0, rec.id] = key
+
+    def _apply(self, space: str, matcher: SpaceMatcher, keyed: list[tuple[Key, Any]]) -> None:
+        """Apply a run of records of one space (no move among them), in order."""
+        upserts: dict[tuple[int, str], list[tuple[int, Key]]] = {}
+        for i, (key, record) in enumerate(keyed):
+            if record.op in ("subscribe", "publish"):
+                code = 0 if record.kind == "subscription" else 1
+                upserts.setdefault((code, record.id), []).append((i, key))
+        ranked = matcher.apply_batch_ranked([r for _, r in keyed])
+        for (index, *rank), event in ranked:
+            if rank[0] == 0:
+                rank.append(self._made(space, upserts, index, rank[2], rank[3]))
+            self.events.append((space, keyed[index][0], tuple(rank), event))
+        for (code, ident), made in upserts.items():
+            self._last_made[space, code, ident] = made[-1][1]
 
     def _made(self, space: str, upserts: dict, index: int, code: int, ident: str) -> Key:
         """The key of the last upsert of (kind, id) before record `index` of a run."""
@@ -238,9 +297,10 @@ class ProfilePort(Port):
 
     plane = "profile"
 
-    def __init__(self, neighbour: str, *, flooding: bool) -> None:
+    def __init__(self, neighbour: str, *, flooding: bool, behind: set[str] | None = None) -> None:
         super().__init__(neighbour)
         self.flooding = flooding
+        self.behind = behind or set()  # the sites behind the link
         self.spaces: dict[str, Forwarder] = {}
         self.catch_ups = 0
 
@@ -253,7 +313,12 @@ class ProfilePort(Port):
     def handle(self, items: list[tuple[Key, Any]]) -> None:
         run: list[tuple[Key, Publish | Retract]] = []
         for key, item in items:
-            if isinstance(item, FilterChange):
+            moved = moved_item(item)
+            if moved is not None:
+                self._flush(run)
+                run = []
+                self._space(moved.space).moved(moved.record, self._toward(moved))
+            elif isinstance(item, FilterChange):
                 self._flush(run)
                 run = []
                 caught = self._space(item.space).interest(item.op, item.filter, key)
@@ -266,6 +331,11 @@ class ProfilePort(Port):
                     run = []
                 run.append((key, record))
         self._flush(run)
+
+    def _toward(self, moved: ProfileMoved) -> str:
+        """Which end of a profile's move lies behind the link alone: "old", "new" or ""."""
+        old, new = moved.origin in self.behind, moved.target in self.behind
+        return "old" if old and not new else "new" if new and not old else ""
 
     def _flush(self, run: list[tuple[Key, Publish | Retract]]) -> None:
         if run:
@@ -288,6 +358,9 @@ class Site:
         self.net = net
         self.neighbours = net.neighbours(name)
         self.local = LocalSource(name, advertisements=net.advertisements)
+        self.stage = LocalStage(name, self.local)
+        self.desk = MoveDesk(name, net)
+        self.moved_at: dict[Key, float] = {}  # processing time each move here was taken
         self.matcher = Matcher()
         flooding = net.routing == "flooding"
         self.ports: dict[str, list[Port]] = {}
@@ -299,7 +372,7 @@ class Site:
             self._route((n, "profile"), self.matcher.inbox())
         for n in self.neighbours:
             ports: list[Port] = []
-            data = ProfilePort(n, flooding=flooding)
+            data = ProfilePort(n, flooding=flooding, behind=net.behind(name, n))
             self._route(("local", "pub"), data.inbox())
             if not flooding:
                 self._route((n, "interest"), data.inbox())
@@ -317,6 +390,9 @@ class Site:
                     for port in ports:
                         self._route((other, port.plane), port.inbox())
             self.ports[n] = ports
+        self._route(("moves", "profile"), self.matcher.inbox())
+        for ports in self.ports.values():
+            self._route(("moves", "profile"), ports[-1].inbox())
         self.stages: list[Stage] = [self.matcher] + [p for ps in self.ports.values() for p in ps]
 
     def add_port(self, port: Port, sources: list[tuple[str, str]]) -> None:
@@ -338,19 +414,37 @@ class Site:
         """The site's own records that arrived (in key order, with a handle for the
         dead letters each), and the watermark of its input now."""
         for key, record, handle in records:
-            self.local.feed(key, record, handle)
-        self.local.release(watermark)
-        for key, item in self.local.out:
-            for box in self.routes.get(("local", item[0]), ()):
-                box.items.append((key, item))
-        self.local.out.clear()
-        for source, boxes in self.routes.items():
-            if source[0] == "local":
-                for box in boxes:
-                    box.wm = watermark
+            if isinstance(record, Move):
+                self._own_move(key, record, handle)
+            else:
+                self.stage.own(key, record, handle)
+        self.desk.own_wm = max(self.desk.own_wm, watermark)
+
+    def _own_move(self, key: Key, move: Move, handle: Any) -> None:
+        """A client moves here: ask its old site, and wait for the answer at the key."""
+        if move.origin not in self.net.names:
+            names = ", ".join(self.net.names)
+            reason = f"unknown site {move.origin!r} in 'from': the network file names {names}"
+            self.local.refuse(handle, reason)
+        elif move.origin == self.name:
+            self.local.refuse(
+                handle,
+                f"{move.who} moves from site {self.name!r} to itself: publish the move at "
+                "the site the client moves to",
+            )
+        else:
+            self.desk.send(Ask(move.kind, move.client, move.space, move.origin, self.name, key))
+            self.stage.own(key, move, handle)
 
     def deliver(self, neighbour: str, plane: str, items: list[Message], watermark: float) -> None:
         """Records of one plane from a neighbour, then that plane's watermark."""
+        if plane in ("ask", "handover"):
+            for m in self.desk.deliver(neighbour, plane, items, watermark):
+                if isinstance(m, Ask):
+                    self.stage.ask(m)
+                else:
+                    self.stage.arrive(m)
+            return
         for box in self.routes.get((neighbour, plane), ()):
             for m in items:
                 box.items.append((m.key, m))
@@ -362,12 +456,41 @@ class Site:
         """Every stage handles what it can (at processing time `now`); what goes out,
         per (neighbour, plane): its records and the plane's watermark."""
         self.matcher.now = now
+        self._run_local()
+        for key in self.stage.taken:
+            self.moved_at[key] = now
+        self.stage.taken.clear()
         out: dict[tuple[str, str], tuple[list[Message], float]] = {}
         for stage in self.stages:
             if stage.run() and isinstance(stage, Port):
                 out[stage.neighbour, stage.plane] = (stage.outbox, stage.done)
                 stage.outbox = []
+        out.update(self.desk.out())
         return out
+
+    def _run_local(self) -> None:
+        """The site's own records, asks and moves as far as they may go; the items they
+        make to the stages' inboxes; the answers to the desk."""
+        stage, desk = self.stage, self.desk
+        stage.run(min(desk.own_wm, desk.ask_bound()))
+        for handover in stage.answers:
+            desk.send(handover)
+        stage.answers.clear()
+        for key, item in self.local.out:
+            for box in self.routes.get(("local", item[0]), ()):
+                box.items.append((key, item))
+        self.local.out.clear()
+        for source, boxes in self.routes.items():
+            if source[0] == "local":
+                for box in boxes:
+                    box.wm = stage.wm
+        for key, moved in desk.arrived:
+            for box in self.routes[("moves", "profile")]:
+                box.items.append((key, moved))
+        desk.arrived.clear()
+        bound = desk.passing_bound()
+        for box in self.routes[("moves", "profile")]:
+            box.wm = max(box.wm, bound)
 
     def table_entries(self) -> dict[str, tuple[int, int]]:
         """Per neighbour: the entries of the table it keeps from this site's interest,

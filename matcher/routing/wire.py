@@ -9,8 +9,10 @@ Four kinds, each a dict with a `type`:
   publisher's site holds it (`matcher.records.to_state`: id, ts, validity and
   payload kept, so that its version, and every `match_id`, is the same at
   every site);
-- `watermark`: `plane` (advert, interest or profile) and `ts`: every later
-  record of that plane on this link has a `ts` of at least this.
+- `watermark`: `plane` (advert, interest, profile or ask) and `ts`: every
+  later record of that plane on this link has a `ts` of at least this;
+- `ask` and `handover`: a client's move (`moves`): the new site's request and
+  the old site's answer, relayed over the path between them.
 
 Each of the first three carries `key`, its place in event time: `[ts, class,
 position, seq]` (`order.Key`), which the receiver merges its inputs by.
@@ -26,6 +28,7 @@ from typing import Any
 from matcher.constraints import Conjunction, Constraint, predicate_of
 from matcher.filter_json import parse_filter
 from matcher.records import OPEN, Publish, Retract, from_state, to_state
+from matcher.routing.moves import Ask, Handover, message_of
 from matcher.routing.order import Key
 
 
@@ -136,7 +139,7 @@ class Watermark:
         return {"type": "watermark", "plane": self.plane, "ts": _ts_json(self.ts)}
 
 
-Message = FilterChange | ProfileForward | Watermark
+Message = FilterChange | ProfileForward | Watermark | Ask | Handover
 
 
 def _ts_json(ts: float) -> int | None:
@@ -165,6 +168,8 @@ def decode(raw: bytes) -> Message:
     """Back from `encode`."""
     obj = json.loads(raw)
     kind = obj["type"]
+    if kind in ("ask", "handover"):
+        return message_of(obj)
     if kind == "watermark":
         return Watermark(obj["plane"], OPEN if obj["ts"] is None else obj["ts"])
     key = Key.from_json(obj["key"])
