@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from matcher.admission import Input, dead_letter, decode_input, in_order, late_letter, state_keys
+from matcher.delivery.histograms import Histograms
 from matcher.delivery.layer import Cause, Delivery
 from matcher.double_forest import DoubleForest
 from matcher.errors import SettingError
@@ -141,9 +142,19 @@ class SpaceMatcher:
 
     def __getstate__(self):
         state = {**self.__dict__, "_changes": [], "_prefetched": {}, "_drops": [0, 0]}
-        for transient in ("_writer", "_raw", "_refused"):
+        for transient in ("_writer", "_raw", "_refused", "_histograms"):
             state.pop(transient, None)
         return state
+
+    def histograms(self) -> Histograms:
+        """The live subscriptions' histograms (docs/DELIVERY.md §7): made from the
+        held subscriptions on the first call (O(held)), kept current after."""
+        made = self.__dict__.get("_histograms")
+        if made is None:
+            made = self._histograms = Histograms()
+            for held in self.subs.values():
+                made.add(held.record.id, held.record.predicate)
+        return made
 
     def drain_refused(self) -> list[tuple[Record, str]]:
         """The subscribes refused since the last drain, each with its reason (a
@@ -433,6 +444,8 @@ class SpaceMatcher:
             held.span = span_of(spec.attribute, record)
             owned = cell in spec.cells_of(held.span)
         options = record.options if kind == "subscription" else None
+        if kind == "subscription" and "_histograms" in self.__dict__:
+            self._histograms.add(record.id, record.predicate)
         if options is not None:
             self._join(record.id, options)
             # (a sharded space's pairs of such a subscription are its first cell's)
@@ -477,6 +490,8 @@ class SpaceMatcher:
 
     def _drop(self, table: dict[str, Held], kind: str, held: Held) -> None:
         options = held.record.options if kind == "subscription" else None
+        if kind == "subscription" and "_histograms" in self.__dict__:
+            self._histograms.remove(held.record.id)
         if options is not None and options.group is not None:
             members = self.groups[options.group]
             members.discard(held.record.id)

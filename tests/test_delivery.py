@@ -193,3 +193,42 @@ def test_a_snapshot_of_format_3_loads_and_matches_on():
     }
     record = decode_input(Input("profile", json.dumps(probe), Source(file="p", line=1)))
     assert matcher.apply(record) == fresh.apply(record)
+
+
+def test_histograms_follow_the_live_subscriptions():
+    records = [sub(f"s{i}", i, i + 10 * (i % 3)) for i in range(40)]
+    records.append(("subscription", {**sub("t", 0, 1)[1], "where": "x > 5 OR y < 2"}))  # no x
+    records += [
+        ("subscription", {"op": "unsubscribe", "id": f"s{i}", "space": "city", "ts": BASE + 1})
+        for i in range(0, 40, 4)
+    ]
+    engine = Engine()
+    engine.process_batch(
+        [Input(k, json.dumps(r), Source(file="t", line=n + 1)) for n, (k, r) in enumerate(records)]
+    )
+    histograms = engine.matchers["city"].histograms()
+    live = [i for i in range(40) if i % 4]
+    summary = histograms.summary(4)
+    assert list(summary) == ["x"] and summary["x"]["live"] == len(live)
+    ends = sorted([float(i) for i in live] + [float(i + 10 * (i % 3)) for i in live])
+    edges = summary["x"]["edges"]
+    assert edges[0] == ends[0] and edges[-1] == ends[-1] and edges == sorted(edges)
+    for lo, hi in zip(edges, edges[1:], strict=False):  # (about a quarter of the ends each)
+        assert sum(lo < e <= hi for e in ends) <= len(ends) // 4 + 2
+    for x in (0, 5, 17.5, 40):
+        assert histograms.supply("x", x) == sum(i <= x <= i + 10 * (i % 3) for i in live)
+    engine.matchers["city"].apply(
+        decode_input(Input("subscription", json.dumps(sub("u", 100, 200, ts=2)[1]), Source()))
+    )
+    assert histograms.summary(4)["x"]["live"] == len(live) + 1  # (kept as they change)
+
+
+def test_tsm_stats_prints_each_spaces_histograms(tmp_path, capsys):
+    from tsm_cli.main import main
+
+    path = tmp_path / "subs.jsonl"
+    path.write_text("".join(json.dumps(sub(f"s{i}", i, i + 1)[1]) + "\n" for i in range(10)))
+    assert main(["stats", "--subscriptions", str(path), "--buckets", "2"]) == 0
+    record = json.loads(capsys.readouterr().out)
+    assert record["space"] == "city" and record["subscriptions"] == 10
+    assert record["histograms"]["x"] == {"live": 10, "edges": [0.0, 5.0, 10.0]}

@@ -12,13 +12,13 @@ import argparse
 import logging
 import sys
 
-from tsm_cli import bench, demo, kafka, replay, run
+from tsm_cli import bench, demo, kafka, replay, run, stats
 from tsm_cli.args import CliError, verbosity, verbosity_flags
 from tsm_cli.logs import configure
 
 log = logging.getLogger(__name__)
 
-COMMANDS = (replay, kafka, run, demo, bench)
+COMMANDS = (replay, kafka, run, demo, bench, stats)
 
 
 class _Version(argparse.Action):
