@@ -19,7 +19,7 @@ from matcher.engine import Engine
 from streaming.config import JobConfig, build_sharding
 from tests.integration.test_job import expected, inputs_of, make_topics, output, run_in_process
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]  # (about a minute alone)
 
 
 def test_the_job_equals_replay_with_delivery_policies(spark, bootstrap, new_topic, tmp_path):
@@ -27,7 +27,7 @@ def test_the_job_equals_replay_with_delivery_policies(spark, bootstrap, new_topi
     subs, profiles = generate(
         seed=5,
         n_subscriptions=64,
-        n_profiles=1500,
+        n_profiles=900,
         group_size=5,
         dwell_ms=(0, 2500),
         exit_dwell_ms=(0, 1500, 3500),
@@ -45,7 +45,7 @@ def test_the_job_equals_replay_with_delivery_policies(spark, bootstrap, new_topi
         bootstrap=bootstrap,
         topics=topics,
         checkpoint=str(tmp_path / "ck"),
-        max_records_per_trigger=700,
+        max_records_per_trigger=800,
         sharding=sharding,
     )
     started = time.monotonic()
