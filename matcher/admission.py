@@ -176,7 +176,7 @@ def pack_record(record: Record) -> bytes:
             for conj in r.predicate
         ]
         fields_ = (_SUBSCRIBE, r.space, r.id, r.ts, r.subscriber, r.relation, r.valid_from)
-        fields_ += (r.valid_to, r.where, r.filter, predicate)
+        fields_ += (r.valid_to, r.where, r.filter, predicate, r.options)
         return pickle.dumps(fields_, protocol=pickle.HIGHEST_PROTOCOL)
     code = _UNSUBSCRIBE if type(r) is Unsubscribe else _RETRACT
     return pickle.dumps((code, r.space, r.id, r.ts), protocol=pickle.HIGHEST_PROTOCOL)
@@ -193,11 +193,11 @@ def unpack_record(data: bytes, source: Source) -> Record:
         profile = Profile.from_normalized(attrs)
         return Publish(space, ident, ts, profile, valid_from, valid_to, payload, source)
     if code == _SUBSCRIBE:
-        *head, predicate = fields_[1:]
+        *head, predicate, options = fields_[1:]
         conjunctions = [
             Conjunction({attr: Constraint(*values) for attr, values in conj}) for conj in predicate
         ]
-        return Subscribe(*head, conjunctions, source)
+        return Subscribe(*head, conjunctions, source, options)
     if code == _UNSUBSCRIBE:
         return Unsubscribe(*fields_[1:], source)
     return Retract(*fields_[1:], source)

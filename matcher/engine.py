@@ -22,7 +22,9 @@ from typing import Any
 
 import numpy as np
 
-from matcher.admission import Input, decode_input, in_order, late_letter, state_keys
+from matcher.admission import Input, dead_letter, decode_input, in_order, late_letter, state_keys
+from matcher.delivery.histograms import Histograms
+from matcher.delivery.layer import Cause, Delivery
 from matcher.double_forest import DoubleForest
 from matcher.errors import SettingError
 from matcher.events import event_dict
@@ -44,6 +46,10 @@ from matcher.watermark import EventClock, event_time
 # subscription's events, and the reverse; with a subscribe's, which of a pair's two
 # events it is): its rank among one record's events.
 Keyed = tuple[str | tuple[str, int], Any]
+# A pair change of a subscription with delivery fields, held back for `Delivery`.
+_HELD_BACK = object()
+# The events `Delivery` makes of a step rank after the step's own: by keys past any id.
+_LAST = "\U0010ffff"
 
 
 def _due(heap: list[tuple[float, int, str, str]], until: float) -> list[tuple]:
@@ -85,6 +91,14 @@ class SpaceMatcher:
     bytes); the engine never reads an event back."""
 
     _writer: Callable[..., Any] | None = None
+    # Delivery policies (docs/DELIVERY.md): the key's `Delivery` once it holds a
+    # subscription with delivery fields (in a sharded space, only the first cell
+    # has one); each group's held members; whether this first cell indexes every
+    # profile (it does once it holds such a subscription). Class defaults: a
+    # snapshot from before them has none.
+    delivery: Delivery | None = None
+    groups: dict[str, set[str]] | None = None
+    _whole = False
 
     def __init__(
         self, space: str, key: str | None = None, shard: tuple[ShardSpec, int] | None = None
@@ -111,7 +125,11 @@ class SpaceMatcher:
         return len(self.subs) + len(self.profiles)
 
     def drain_changes(self) -> list[tuple[str, str, str | None]]:
+        """The held-set changes since the last drain, then the delivery state's
+        (kind "delivery": its item key and JSON, `Delivery.drain_changes`)."""
         changes, self._changes = self._changes, []
+        if self.delivery is not None:
+            changes += [("delivery", key, text) for key, text in self.delivery.drain_changes()]
         return changes
 
     def dump(self) -> bytes:
@@ -124,8 +142,24 @@ class SpaceMatcher:
 
     def __getstate__(self):
         state = {**self.__dict__, "_changes": [], "_prefetched": {}, "_drops": [0, 0]}
-        state.pop("_writer", None)
+        for transient in ("_writer", "_raw", "_refused", "_histograms"):
+            state.pop(transient, None)
         return state
+
+    def histograms(self) -> Histograms:
+        """The live subscriptions' histograms (docs/DELIVERY.md §7): made from the
+        held subscriptions on the first call (O(held)), kept current after."""
+        made = self.__dict__.get("_histograms")
+        if made is None:
+            made = self._histograms = Histograms()
+            for held in self.subs.values():
+                made.add(held.record.id, held.record.predicate)
+        return made
+
+    def drain_refused(self) -> list[tuple[Record, str]]:
+        """The subscribes refused since the last drain, each with its reason (a
+        group's members disagree: docs/DELIVERY.md §1): dead letters for the caller."""
+        return self.__dict__.pop("_refused", [])
 
     @contextlib.contextmanager
     def writing(self, writer: Callable[[str, str, Held, Held, int], Any]) -> Iterator[None]:
@@ -138,10 +172,20 @@ class SpaceMatcher:
             del self._writer
 
     def next_expiry(self) -> float | None:
-        """The earliest valid_to held (for an event-time timer), or None."""
+        """The earliest valid_to held or delivery timer (for an event-time timer), or None."""
         while self._expiry and not self._current(self._expiry[0]):
             heapq.heappop(self._expiry)
-        return self._expiry[0][0] if self._expiry else None
+        due = self.delivery.next_due() if self.delivery is not None else None
+        if not self._expiry:
+            return due
+        return self._expiry[0][0] if due is None else min(due, self._expiry[0][0])
+
+    def _due_before(self, ts: float) -> bool:
+        """Whether an expiry or a delivery timer falls before `ts`."""
+        if self._expiry and self._expiry[0][0] < ts:
+            return True
+        due = self.delivery.next_due() if self.delivery is not None else None
+        return due is not None and due < ts
 
     def _current(self, item: tuple[float, int, str, str]) -> bool:
         _, kind, ident, version = item
@@ -168,6 +212,12 @@ class SpaceMatcher:
         if record is not None:
             self._keep(table, kind, record)
 
+    def restore_delivery(self, key: str, text: str | None) -> None:
+        """Set one item of the delivery state as a change log says (`drain_changes`)."""
+        if self.delivery is None:
+            self.delivery = Delivery()
+        self.delivery.restore(key, text)
+
     def apply_batch(self, records: list[Record]) -> list[Any]:
         """Apply records in order, matching each run of consecutive records
         of one kind as one batch against the forest (the other side does not
@@ -184,7 +234,7 @@ class SpaceMatcher:
             self._prefetch(records[start:end])
             for record in records[start:end]:
                 out = []
-                if self._expiry and self._expiry[0][0] < record.ts:
+                if self._due_before(record.ts):
                     out = self.expire(record.ts)
                 out += [e for _, e in self._events(record)]
                 yield out
@@ -281,12 +331,70 @@ class SpaceMatcher:
         if isinstance(record, Subscribe):
             return self._subscribe(record)
         if isinstance(record, Publish):
-            return self._publish(record)
+            old = self.profiles.get(record.id)
+            events = self._publish(record)
+            reason = "changed" if old else "new-profile"
+            return self._deliver(Cause("profile", record.id, old, reason, record.ts), events)
         if isinstance(record, Unsubscribe):
             held = self.subs.get(record.id)
-            return self._end_sub(held, "unsubscribe", record.ts) if held else []
+            if held is None:
+                return []
+            events = self._end_sub(held, "unsubscribe", record.ts)
+            cause = Cause("subscription", record.id, held, "unsubscribe", record.ts, gone=True)
+            return self._deliver(cause, events)
         held = self.profiles.get(record.id)
-        return self._end_profile(held, "retract", record.ts) if held else []
+        if held is None:
+            return []
+        events = self._end_profile(held, "retract", record.ts)
+        cause = Cause("profile", record.id, held, "retract", record.ts, gone=True)
+        return self._deliver(cause, events)
+
+    # -- delivery policies (docs/DELIVERY.md) ---------------------------------
+
+    def _deliver(
+        self, cause: Cause, events: list[Keyed], *, tuple_keys: bool = False, first: bool = False
+    ) -> list[Keyed]:
+        """A step's events, the pair changes held back for `Delivery` replaced by
+        what it makes of them (ranked after the step's own events; `first`: before
+        every event of the record, keyed by profile id)."""
+        if self.delivery is None:
+            return events
+        raw = self.__dict__.pop("_raw", [])
+        if raw:
+            events = [keyed for keyed in events if keyed[1] is not _HELD_BACK]
+        made = self.delivery.step(cause, raw, self.subs, self.profiles, self._make)
+        mark = "" if first else _LAST
+        last = [((mark, n) if tuple_keys else f"{mark}{n:09d}", e) for n, e in enumerate(made)]
+        return events + last
+
+    def _make(self, event: str, reason: str, sub: Held, prof: Held, ts: int) -> Any:
+        """An event as the writer (or `event_dict`) makes it, never held back."""
+        if self._writer is not None:
+            return self._writer(event, reason, sub, prof, ts)
+        return event_dict(self.space, event, reason, sub, prof, ts)
+
+    def _disagreement(self, rec: Subscribe) -> str | None:
+        """Why a subscribe's `delivery` is refused (a held member of its group other
+        than the one it replaces has another policy), or None."""
+        options = rec.options
+        if options is None or options.group is None or not self.groups:
+            return None
+        for member in sorted(self.groups.get(options.group, ())):
+            if member == rec.id:
+                continue
+            theirs = self.subs[member].record.options
+            if theirs.policy != options.policy:
+                mode, k, near = theirs.policy
+                named = f", near on {list(near)}" if near else ""
+                return (
+                    f"delivery disagrees with group {options.group!r}: its member "
+                    f"{member!r} has mode {mode}, k {k}{named}; every member of a group "
+                    "must agree (or name another group)"
+                )
+        return None
+
+    def _first_cell(self) -> bool:
+        return self.shard is None or self.shard[1] == 0
 
     def expire_ranked(self, until: float) -> list[tuple[tuple, dict[str, Any]]]:
         out: list[tuple[tuple, dict[str, Any]]] = []
@@ -297,14 +405,30 @@ class SpaceMatcher:
         # (eviction only drops: a prefetched answer less the drops is current).
         added = self._prefetch_queries(self._held_due(due, 0))
         added += self._prefetch_queries(self._held_due(due, 1))
-        for item in due:
+        at = 0
+        while True:
+            # (delivery timers due at a time come before the expiries at that time)
+            timer = self.delivery.next_due() if self.delivery is not None else None
+            if timer is not None and timer < until and (at == len(due) or timer <= due[at][0]):
+                made = self.delivery.fire(until, self.subs, self.profiles, self._make)
+                out += [((0, timer, -1, "", n), e) for n, e in enumerate(made)]
+                continue
+            if at == len(due):
+                break
+            item = due[at]
+            at += 1
             if not self._current(item):
                 continue
             valid_to, kind, ident, _ = item
             if kind == 0:
-                events = self._end_sub(self.subs[ident], "expired", int(valid_to))
+                held = self.subs[ident]
+                events = self._end_sub(held, "expired", int(valid_to))
             else:
-                events = self._end_profile(self.profiles[ident], "expired", int(valid_to))
+                held = self.profiles[ident]
+                events = self._end_profile(held, "expired", int(valid_to))
+            name = "subscription" if kind == 0 else "profile"
+            cause = Cause(name, ident, held, "expired", int(valid_to), gone=True)
+            events = self._deliver(cause, events)
             out += [((0, valid_to, kind, ident, o), e) for o, e in events]
         for key in added:
             self._prefetched.pop(key, None)  # (a record due twice was asked twice)
@@ -319,6 +443,15 @@ class SpaceMatcher:
             spec, cell = self.shard
             held.span = span_of(spec.attribute, record)
             owned = cell in spec.cells_of(held.span)
+        options = record.options if kind == "subscription" else None
+        if kind == "subscription" and "_histograms" in self.__dict__:
+            self._histograms.add(record.id, record.predicate)
+        if options is not None:
+            self._join(record.id, options)
+            # (a sharded space's pairs of such a subscription are its first cell's)
+            owned = self._first_cell()
+        elif self._whole and kind == "profile":
+            owned = True
         if owned:
             r = record
             if isinstance(r, Subscribe):
@@ -335,7 +468,35 @@ class SpaceMatcher:
             heapq.heappush(self._expiry, (record.valid_to, code, record.id, held.version))
         return held
 
+    def _join(self, ident: str, options: Any) -> None:
+        """Set up delivery for a held subscription with delivery fields: its group's
+        index, and in the delivering cell the `Delivery` (a first cell of a sharded
+        space indexes every profile from now on, so that it sees all their pairs)."""
+        if options.group is not None:
+            if self.groups is None:
+                self.groups = {}
+            self.groups.setdefault(options.group, set()).add(ident)
+        if not self._first_cell():
+            return
+        if self.delivery is None:
+            self.delivery = Delivery()
+        if self.shard is not None and not self._whole:
+            self._whole = True
+            for held in self.profiles.values():
+                if held.slot is None:
+                    r = held.record
+                    held.slot = self.forest.add_profile(r.id, r.profile, r.valid_from, r.valid_to)
+            self._prefetched.clear()  # (answers asked before these profiles were indexed)
+
     def _drop(self, table: dict[str, Held], kind: str, held: Held) -> None:
+        options = held.record.options if kind == "subscription" else None
+        if kind == "subscription" and "_histograms" in self.__dict__:
+            self._histograms.remove(held.record.id)
+        if options is not None and options.group is not None:
+            members = self.groups[options.group]
+            members.discard(held.record.id)
+            if not members:
+                del self.groups[options.group]
         del table[held.record.id]
         self._drops[table is self.profiles] += 1
         self._changes.append((kind, held.record.id, None))
@@ -370,22 +531,45 @@ class SpaceMatcher:
     def _owns(self, sub: Held, prof: Held) -> bool:
         if self.shard is None:
             return True
+        if sub.record.options is not None:
+            return self.shard[1] == 0
         spec, cell = self.shard
         return spec.cell(max(sub.span[0], prof.span[0])) == cell
 
     def _subscribe(self, rec: Subscribe) -> list[Keyed]:
+        """A subscribe's events (`_upsert_sub`), with its delivery policies: refused
+        where its group disagrees; a subscription that gains or loses delivery
+        fields is ended (`unmatch`, `changed`) and made again (docs/DELIVERY.md §6)."""
+        problem = self._disagreement(rec)
+        if problem is not None:
+            self.__dict__.setdefault("_refused", []).append((rec, problem))
+            return []
+        old = self.subs.get(rec.id)
+        out: list[Keyed] = []
+        if old is not None and (old.record.options is None) != (rec.options is None):
+            ended = [((pid, 0), e) for pid, e in self._end_sub(old, "changed", rec.ts)]
+            cause = Cause("subscription", rec.id, old, "changed", rec.ts, gone=True)
+            out = self._deliver(cause, ended, tuple_keys=True, first=True)
+            events = self._upsert_sub(rec, None, "changed")
+            cause = Cause("subscription", rec.id, None, "changed", rec.ts)
+        else:
+            events = self._upsert_sub(rec, old, "changed" if old else "new-subscription")
+            cause = Cause(
+                "subscription", rec.id, old, "changed" if old else "new-subscription", rec.ts
+            )
+        return out + self._deliver(cause, events, tuple_keys=True)
+
+    def _upsert_sub(self, rec: Subscribe, old: Held | None, reason: str) -> list[Keyed]:
         """§4 for a subscribe: `match` where a pair begins to hold, `unmatch` where one
         ends, `update` where one holds on and its `valid_to` moves; a new subscriber
         is sent every pair (`match`) and the old one told of each it held
         (`unmatch`). A subscription sent again unchanged makes nothing. Each event is
         keyed (profile id, 0 for the old subscriber's / 1 for the new one's)."""
-        old = self.subs.get(rec.id)
         before = self._profiles_of(old.record, old) if old else {}
         if old:
             self._drop(self.subs, "subscription", old)
         new = self._keep(self.subs, "subscription", rec)
         after = self._profiles_of(rec, new)
-        reason = "changed" if old else "new-subscription"
         handed_over = old is not None and old.record.subscriber != rec.subscriber
         out = []
         for pid in sorted(after.keys() | before.keys()):
@@ -454,6 +638,9 @@ class SpaceMatcher:
         return self._profile_events("unmatch", reason, pairs, held, ts)
 
     def _event(self, event: str, reason: str, sub: Held, prof: Held, ts: int) -> Any:
+        if self.delivery is not None and sub.record.options is not None:
+            self.__dict__.setdefault("_raw", []).append((event, reason, sub, prof))
+            return _HELD_BACK
         if self._writer is not None:
             return self._writer(event, reason, sub, prof, ts)
         return event_dict(self.space, event, reason, sub, prof, ts)
@@ -487,7 +674,10 @@ class SpaceMatcher:
         return list(zip(sids, self._write(event, reason, held, prof, ts), strict=True))
 
     def _write(self, event: str, reason: str, subs: list[Held], prof: Held, ts: int) -> list:
-        """`_event` of `prof` with each of `subs`, by the writer's `many` if it has one."""
+        """`_event` of `prof` with each of `subs`, by the writer's `many` if it has one
+        (the pair changes of subscriptions with delivery fields held back)."""
+        if self.delivery is not None and any(sub.record.options is not None for sub in subs):
+            return [self._event(event, reason, sub, prof, ts) for sub in subs]
         many = getattr(self._writer, "many", None)
         if many is not None:
             return many(event, reason, subs, prof, ts)
@@ -551,6 +741,7 @@ class Engine:
         lateness."""
         out: list[Output] = []
         per_key: dict[str, list[Record]] = {}
+        raws: dict[int, Any] = {}  # id(record) -> its raw value (for a refusal's dead letter)
         watermark = self.watermark
         for item in items:
             self.clock.observe(input_partition(item), event_time(item.raw, item.timestamp))
@@ -562,13 +753,21 @@ class Engine:
             if letter is not None:
                 out.append(Output("deadletter", None, letter))
                 continue
+            raws[id(record)] = item.raw
             for key in state_keys(record, self.sharding):
                 per_key.setdefault(key, []).append(record)
         for space, keys in _by_space({k: recs[0].space for k, recs in per_key.items()}):
             ranked = []
             for key in keys:
                 records = in_order(per_key[key])
-                ranked += self.matcher(key, space).apply_batch_ranked(records)
+                matcher = self.matcher(key, space)
+                ranked += matcher.apply_batch_ranked(records)
+                refused = matcher.drain_refused()
+                if self.sharding.is_first(key):  # (every cell refuses the same records)
+                    out += [
+                        Output("deadletter", None, dead_letter(why, raws[id(r)], r.source))
+                        for r, why in refused
+                    ]
             out += _merged(ranked)
         self.clock.close_batch(pending)
         out += self.advance(self.watermark)

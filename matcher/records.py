@@ -18,6 +18,7 @@ from typing import Any
 import msgspec
 
 from matcher.constraints import MAX_WHERE_BYTES, Conjunction, predicate_of
+from matcher.delivery.options import Options, options_of
 from matcher.encoding import encode
 from matcher.errors import FilterError, RecordError
 from matcher.filter_json import parse_filter
@@ -78,6 +79,7 @@ class Subscribe:
     filter: Any
     predicate: list[Conjunction]
     source: Source = field(default_factory=Source)
+    options: Options | None = None  # its delivery fields (docs/DELIVERY.md), if any
     kind = "subscription"
     op = "subscribe"
 
@@ -385,8 +387,20 @@ def _subscribe(obj, space, ident, ts, valid_from, valid_to, source) -> Subscribe
             predicate = predicate_of(parse_filter(flt))
     except FilterError as exc:
         raise RecordError(f"bad {'where' if where is not None else 'filter'}: {exc}") from None
+    options = options_of(obj, relation)
     return Subscribe(
-        space, ident, ts, subscriber, relation, valid_from, valid_to, where, flt, predicate, source
+        space,
+        ident,
+        ts,
+        subscriber,
+        relation,
+        valid_from,
+        valid_to,
+        where,
+        flt,
+        predicate,
+        source,
+        options,
     )
 
 
@@ -405,6 +419,8 @@ def to_state(record: Subscribe | Publish) -> str:
     base["valid_from"] = record.valid_from
     base["valid_to"] = None if record.valid_to == OPEN else record.valid_to
     base["ts"] = record.ts
+    if isinstance(record, Subscribe) and record.options is not None:
+        base |= record.options.to_json()
     if isinstance(record, Publish):
         base["payload"] = record.payload
     return json.dumps(base, separators=(",", ":"), ensure_ascii=False)

@@ -51,15 +51,22 @@ GAUGES = ("subscriptions", "profiles")
 BATCH_LOG = logging.getLogger(f"{__name__}.batches")
 
 
+HISTOGRAMS = "histograms:"  # a key's prefix: a space's histograms (docs/DELIVERY.md §7)
+
+
 class Counters(AccumulatorParam):
-    """An accumulator of named counts (a dict), added key by key."""
+    """An accumulator of named counts (a dict), added key by key; a value that is not
+    a count (a space's histograms, under `HISTOGRAMS` + space) replaces the one before."""
 
     def zero(self, value: dict[str, int]) -> dict[str, int]:
         return {}
 
     def addInPlace(self, value1: dict[str, int], value2: dict[str, int]) -> dict[str, int]:
         for name, count in value2.items():
-            value1[name] = value1.get(name, 0) + count
+            if isinstance(count, int):
+                value1[name] = value1.get(name, 0) + count
+            else:
+                value1[name] = count
         return value1
 
 
@@ -143,10 +150,15 @@ class ProgressLogger(StreamingQueryListener):
         if progress.get("name") != self.query_name:
             return
         total = dict(self.metrics.value)
+        histograms = {
+            name[len(HISTOGRAMS) :]: total.pop(name)
+            for name in list(total)
+            if name.startswith(HISTOGRAMS)
+        }
         delta = {name: total.get(name, 0) - self._seen.get(name, 0) for name in total}
         self._seen = total
         live = {name: self.live.get(name, 0) + total.get(name, 0) for name in GAUGES}
-        summary = batch_summary(progress, delta, live)
+        summary = batch_summary(progress, delta, live) | {"histograms": histograms}
         placed = self._placed(delta)
         if placed:
             summary["placed"] = placed

@@ -26,7 +26,7 @@ from pyspark.sql.streaming.stateful_processor import ExpiredTimerInfo, TimerValu
 from connectors.config import Topics
 from connectors.outlet import outlet, pack
 from connectors.tenants import TenantRouting
-from matcher.admission import in_order, late_letter, unpack_record
+from matcher.admission import dead_letter, in_order, late_letter, unpack_record
 from matcher.encoding import encode
 from matcher.engine import SpaceMatcher
 from matcher.events import MatchWriter
@@ -35,6 +35,7 @@ from matcher.records import Source
 from matcher.sharding import Sharding
 from streaming.decode_stage import DEAD_LETTER_KEY
 from streaming.executors import executor_id, ran_counter
+from streaming.listener import HISTOGRAMS
 from streaming.spark_time import from_spark_ms, to_spark_ms
 from streaming.state.store import MatcherStore, Meta
 
@@ -135,7 +136,7 @@ class MatchProcessor(StatefulProcessor):
         watermark = from_spark_ms(timerValues.getCurrentWatermarkInMs())
         counts = {"keys": 1, "rows": len(rows)}
         matcher, meta = self._matcher(skey, counts)
-        late, batch = [], []
+        late, batch, raws = [], [], {}
         # (every cell of a sharded space gets each record: the first one rejects it)
         rejects = self.sharding.is_first(skey)
         for ts, part, off, topic, value, record in rows:
@@ -143,6 +144,7 @@ class MatchProcessor(StatefulProcessor):
             letter = late_letter(ts, watermark, self.lateness_ms, value, source)
             if letter is None:
                 batch.append(unpack_record(record, source))
+                raws[id(batch[-1])] = value
             elif rejects:
                 late.append((None, encode(letter)))
         batch = in_order(batch)
@@ -152,7 +154,12 @@ class MatchProcessor(StatefulProcessor):
             for events in matcher.iter_batch(batch):
                 yield from out.add(events)
         yield from out.flush()
-        counts["late"] = counts["dead_letters"] = len(late)
+        counts["late"] = len(late)
+        # (subscribes whose group disagrees: docs/DELIVERY.md §1; every cell refuses them)
+        for record, why in matcher.drain_refused():
+            if rejects:
+                late.append((None, encode(dead_letter(why, raws[id(record)], record.source))))
+        counts["dead_letters"] = len(late)
         self._save(skey, matcher, meta, out.count, counts)
         yield from pack(self.deadletter_topic, late, self.direct)
 
@@ -190,6 +197,8 @@ class MatchProcessor(StatefulProcessor):
         records it made)."""
         self._move_timer(matcher, meta)
         self.state.save(skey, matcher, meta, counts)
+        if self.sharding.is_first(skey) and matcher.subs:  # (every cell holds every record)
+            counts[HISTOGRAMS + matcher.space] = matcher.histograms().summary()
         counts["matches"] = matches
         cells = matcher.forest.preload_counts()
         counts["profiles_asked"] = cells["profiles"]

@@ -30,10 +30,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Write a seeded workload as topic records (SEMANTICS §6): "
         "uniform boxes, nested regions with Zipf-popular filters, Siena's random "
         "predicates, tracked moving objects with expiring subscriptions, MQTT topic "
-        "filters (topics), NaradaBrokering's regular expressions (regex) or XPaths "
-        "over XML documents (xpath).",
+        "filters (topics), NaradaBrokering's regular expressions (regex), XPaths "
+        "over XML documents (xpath); `noisy`: tracks with GPS noise crossing zone edges, "
+        "the zones in groups with delivery policies (docs/DELIVERY.md) unless --plain.",
     )
-    gen.add_argument("kind", choices=KINDS + PATTERN_KINDS)
+    gen.add_argument("kind", choices=(*KINDS, *PATTERN_KINDS, "noisy"))
+    gen.add_argument("--plain", action="store_true", help="noisy: zones without delivery fields")
+    gen.add_argument(
+        "--group-size", type=int, default=4, metavar="N", help="noisy: zones a group (default 4)"
+    )
     gen.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     gen.add_argument("--subscriptions", type=int, default=1000, metavar="N")
     gen.add_argument("--profiles", type=int, default=1000, metavar="N")
@@ -101,12 +106,36 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     bench.set_defaults(handler=_bench)
 
 
+def _gen_noisy(args: argparse.Namespace, total: int) -> int:
+    from benchmarks.noisy_tracks import generate
+    from benchmarks.workloads import write
+
+    if args.group_size < 1:
+        raise CliError("--group-size must be at least 1")
+    subs, profiles = generate(
+        args.seed,
+        args.subscriptions,
+        args.profiles,
+        policies=not args.plain,
+        group_size=args.group_size,
+    )
+    try:
+        with Bar("written", unit="records", total=total) as bar:
+            write(args.out_dir, subs, profiles, progress=bar.add)
+    except OSError as exc:
+        raise CliError(f"cannot write to {args.out_dir}: {exc.strerror}") from exc
+    log.info("wrote %d zones and %d reports to %s", len(subs), len(profiles), args.out_dir)
+    return 0
+
+
 def _gen(args: argparse.Namespace) -> int:
     from benchmarks.workloads import build, profile_record, subscription_record, write
 
     if args.subscriptions < 0 or args.profiles < 0:
         raise CliError("--subscriptions and --profiles must not be negative")
     total = args.subscriptions + args.profiles
+    if args.kind == "noisy":
+        return _gen_noisy(args, total)
     log.info(
         "building the %s workload: %d subscriptions, %d profiles",
         args.kind,

@@ -12,13 +12,13 @@ import argparse
 import logging
 import sys
 
-from tsm_cli import bench, cluster, demo, kafka, net, replay, run
+from tsm_cli import bench, cluster, demo, kafka, net, replay, run, stats
 from tsm_cli.args import CliError, verbosity, verbosity_flags
 from tsm_cli.logs import configure
 
 log = logging.getLogger(__name__)
 
-COMMANDS = (replay, kafka, run, net, cluster, demo, bench)
+COMMANDS = (replay, kafka, run, net, cluster, demo, bench, stats)
 
 
 class _Version(argparse.Action):

@@ -46,7 +46,7 @@ SNAPSHOT_KIND = "snapshot"  # the `log` key kind of the snapshot's facts
 # snapshot's write (17-21 us in process): a profile is decoded and held, 28 us
 # (its index insert waits for a subscription query); a subscription is also
 # placed in the forest, 79 us among 10k, 242 us among 100k.
-REPLAY_COST = {"profile": 1.5, "subscription": 8.0}
+REPLAY_COST = {"profile": 1.5, "subscription": 8.0, "delivery": 0.5}
 
 Change = tuple[str, str, str | None]  # (kind, id, the record's `to_state` or None)
 Version = tuple[int | None, int | None]  # (log length, token); a None length: the generation's end
@@ -74,7 +74,10 @@ def closes_generation(batch_cost: float, held: int, *, first_batch: bool) -> boo
 def replay(matcher: Any, changes: list[Change]) -> None:
     """Set each changed record in `matcher` as the change says, without matching."""
     for kind, ident, state in changes:
-        matcher.restore(kind, ident, None if state is None else from_state(state))
+        if kind == "delivery":  # (an item of the delivery state: docs/DELIVERY.md)
+            matcher.restore_delivery(ident, state)
+        else:
+            matcher.restore(kind, ident, None if state is None else from_state(state))
 
 
 def _chain(

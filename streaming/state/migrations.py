@@ -96,10 +96,10 @@ def upgrading(cls: type, steps: tuple[Upgrade, ...]) -> type:
         raise TypeError(f"{cls.__qualname__} restores its own state: upgrade it there")
 
     def __setstate__(self: Any, state: Any) -> None:  # noqa: N807 (pickle's name)
-        if fields is not None:
-            attributes = dict(zip(fields, state, strict=False))
-        elif isinstance(state, tuple):  # (a class with __slots__: (dict, slots))
+        if isinstance(state, tuple):  # (a class with __slots__, a dataclass too: (dict, slots))
             attributes = {**(state[0] or {}), **(state[1] or {})}
+        elif fields is not None:  # (a frozen slotted dataclass: its fields' values)
+            attributes = dict(zip(fields, state, strict=False))
         else:
             attributes = dict(state)
         for step in steps:
@@ -212,6 +212,17 @@ def _without_pattern_tests(state: Attributes) -> Attributes:
     """A forest of a snapshot from before pattern tests (MATCHES, TOPIC, HAS,
     XPATH) holds no filter with one: its `gated` filters are none."""
     state.setdefault("gated", GatedFilters(state["dims"].codes))
+    return state
+
+
+# -- format 5: delivery policies ------------------------------------------------------
+
+
+@upgrade("matcher.records", "Subscribe", before=5)
+def _without_delivery_fields(state: Attributes) -> Attributes:
+    """A subscription of a snapshot from before delivery policies has none
+    (docs/DELIVERY.md); the matcher's own new attributes are class defaults."""
+    state.setdefault("options", None)
     return state
 
 

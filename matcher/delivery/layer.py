@@ -1,0 +1,354 @@
+"""`Delivery`: one state key's delivery policies over the engine's pair changes
+(docs/DELIVERY.md §2-§6).
+
+The engine hands over every pair change of a subscription with delivery
+fields (its *raw* changes: the pair begins or stops holding by the relation)
+together with the step that caused them (`Cause`); `step` turns them into
+the records the subscribers get: the margin (§3), each pair's sustained state
+(§4, `sustain`), the chosen sets of groups (§5, `choice`) and the diff of what
+each subscriber holds (§6). `fire` runs the timers due at one time.
+
+State: the pairs (`sustain.Pair`) that hold or are delivered, the chosen
+members per (group, profile), how often each member was served; indexed by
+subscription and by profile; a heap of timers. Each step logs the items it
+changed (`drain_changes`: `(item key, JSON or None)`), so that a state store
+keeps it with the held records' changes and `restore` sets it back.
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from matcher.delivery import sustain
+from matcher.delivery.choice import ranked
+from matcher.delivery.margin import holds_within_margin
+from matcher.delivery.sustain import DELIVERED, LEAVING, OFF, PENDING, Pair
+from matcher.held import Held
+
+Key = tuple[str, str]  # (subscription id, profile id)
+Emit = Callable[[str, str, Held, Held, int], Any]
+_SEP = "\x1f"
+
+
+@dataclass(slots=True)
+class Cause:
+    """A step (§2): a record's, an expiry's (`gone`), or the timers' (`kind` "timer")."""
+
+    kind: str  # "subscription" | "profile" | "timer"
+    ident: str | None
+    old: Held | None  # the version the step replaced or removed
+    reason: str
+    ts: int
+    gone: bool = False
+
+
+class Delivery:
+    """The delivery state of one state key. Costs per step: O(pairs of the changed
+    record + the raw changes) plus, per touched (profile, group), O(m log m) for
+    its m eligible members."""
+
+    def __init__(self) -> None:
+        self.pairs: dict[Key, Pair] = {}
+        self.by_sub: dict[str, set[str]] = {}
+        self.by_prof: dict[str, set[str]] = {}
+        self.chosen: dict[tuple[str, str], set[str]] = {}  # (group, profile) -> members
+        self.served: dict[tuple[str, str], int] = {}  # (group, member) -> times chosen
+        self._timers: list[tuple[int, str, str]] = []
+        self._dirty: set[tuple[str, str, str]] = set()
+
+    # -- state -------------------------------------------------------------------
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_dirty": set()}
+
+    def next_due(self) -> int | None:
+        """The earliest timer (lazily dropping cancelled ones). O(log n) amortized."""
+        timers = self._timers
+        while timers:
+            due, sid, pid = timers[0]
+            pair = self.pairs.get((sid, pid))
+            if pair is not None and pair.due == due and pair.phase in (PENDING, LEAVING):
+                return due
+            heapq.heappop(timers)
+        return None
+
+    def drain_changes(self) -> list[tuple[str, str | None]]:
+        """The items changed since the last drain: `(key, JSON or None)`."""
+        out = []
+        for item in sorted(self._dirty):
+            kind, a, b = item
+            key = _SEP.join(item)
+            if kind == "p":
+                pair = self.pairs.get((a, b))
+                out.append((key, None if pair is None else json.dumps(pair.to_json())))
+            elif kind == "c":
+                chosen = self.chosen.get((a, b))
+                out.append((key, None if not chosen else json.dumps(sorted(chosen))))
+            else:
+                count = self.served.get((a, b))
+                out.append((key, None if not count else str(count)))
+        self._dirty.clear()
+        return out
+
+    def restore(self, key: str, text: str | None) -> None:
+        """Set one item as a logged change says (a state store rebuilding). O(log n)."""
+        kind, a, b = key.split(_SEP)
+        if kind == "p":
+            if (a, b) in self.pairs:
+                self._remove((a, b))
+            if text is not None:
+                pair = Pair.from_json(json.loads(text))
+                self._add((a, b), pair)
+                if pair.due is not None:
+                    heapq.heappush(self._timers, (pair.due, a, b))
+        elif kind == "c":
+            if text is None:
+                self.chosen.pop((a, b), None)
+            else:
+                self.chosen[a, b] = set(json.loads(text))
+        elif text is None:
+            self.served.pop((a, b), None)
+        else:
+            self.served[a, b] = int(text)
+
+    def _add(self, key: Key, pair: Pair) -> None:
+        self.pairs[key] = pair
+        self.by_sub.setdefault(key[0], set()).add(key[1])
+        self.by_prof.setdefault(key[1], set()).add(key[0])
+
+    def _remove(self, key: Key) -> None:
+        del self.pairs[key]
+        for index, a, b in ((self.by_sub, *key), (self.by_prof, key[1], key[0])):
+            others = index[a]
+            others.discard(b)
+            if not others:
+                del index[a]
+
+    # -- steps -------------------------------------------------------------------
+
+    def step(
+        self,
+        cause: Cause,
+        raw: list[tuple[str, str, Held, Held]],
+        subs: Mapping[str, Held],
+        profiles: Mapping[str, Held],
+        emit: Emit,
+    ) -> list[Any]:
+        """One step of a record or an expiry: `raw` its pair changes `(event, reason,
+        sub, prof)` for subscriptions with delivery fields. Returns the records."""
+        raw_now: dict[Key, bool] = {}
+        reasons: dict[Key, str] = {}
+        for event, reason, sub, prof in raw:
+            key = (sub.record.id, prof.record.id)
+            raw_now[key] = event != "unmatch"  # (a handover's unmatch, then match: holds)
+            if event != "unmatch" or key not in reasons:
+                reasons[key] = reason
+        touched = set(raw_now)
+        cid = cause.ident
+        if cause.kind == "subscription":
+            touched.update((cid, pid) for pid in self.by_sub.get(cid, ()))
+        elif cause.kind == "profile":
+            touched.update((sid, cid) for sid in self.by_prof.get(cid, ()))
+        if not touched:
+            return []
+        old_group = None
+        if cause.kind == "subscription" and cause.old is not None:
+            options = cause.old.record.options
+            old_group = options.group if options is not None else None
+            new = subs.get(cid)
+            new_group = new.record.options.group if new is not None else None
+            if old_group is not None and old_group != new_group:
+                self._count(old_group, cid, None)  # (left the group: served counts restart)
+        handed_over = _handed_over(cause, subs)
+        groups: set[tuple[str, str]] = set()
+        for key in touched:
+            sid, pid = key
+            pair = self.pairs.get(key)
+            if pair is None:
+                pair = Pair()
+                self._add(key, pair)
+            sub, prof = subs.get(sid), profiles.get(pid)
+            gone = sub is None or prof is None
+            if gone:
+                pair.raw = holds = False
+            else:
+                pair.raw = raw_now.get(key, pair.raw)
+                holds = pair.raw or (
+                    pair.holds
+                    and sub.record.options.margin is not None
+                    and holds_within_margin(sub.record, prof.record)
+                )
+            options = (sub if sub is not None else cause.old).record.options
+            if sid == handed_over and pair.phase == LEAVING:
+                pair.phase, pair.due, pair.reason = OFF, None, "changed"  # (not handed over)
+            dwell, exit_dwell = options.dwell_ms, options.exit_dwell_ms
+            reason = reasons.get(key, cause.reason)
+            if sustain.step(pair, holds, gone, cause.ts, reason, dwell, exit_dwell):
+                heapq.heappush(self._timers, (pair.due, sid, pid))
+            pair.holds = holds
+            group = sub.record.options.group if sub is not None else None
+            for g in (group, pair.group, old_group if sid == cid else None):
+                if g is not None:
+                    groups.add((pid, g))
+        return self._settle(cause, touched, groups, subs, profiles, emit)
+
+    def fire(
+        self, until: int, subs: Mapping[str, Held], profiles: Mapping[str, Held], emit: Emit
+    ) -> list[Any]:
+        """The timers due at the earliest due time (which must be below `until`): one
+        step at that time. Returns the records."""
+        t = self.next_due()
+        touched, groups = set(), set()
+        while t is not None and self._timers and self._timers[0][0] == t:
+            due, sid, pid = heapq.heappop(self._timers)
+            pair = self.pairs.get((sid, pid))
+            if pair is None or pair.due != due or pair.phase not in (PENDING, LEAVING):
+                continue
+            sustain.fire(pair)
+            touched.add((sid, pid))
+            group = subs[sid].record.options.group
+            for g in (group, pair.group):
+                if g is not None:
+                    groups.add((pid, g))
+        return self._settle(
+            Cause("timer", None, None, "", t), touched, groups, subs, profiles, emit
+        )
+
+    # -- what the subscribers get --------------------------------------------------
+
+    def _settle(
+        self,
+        cause: Cause,
+        touched: set[Key],
+        groups: set[tuple[str, str]],
+        subs: Mapping[str, Held],
+        profiles: Mapping[str, Held],
+        emit: Emit,
+    ) -> list[Any]:
+        """Choose (§5), then send the change of the delivered pairs (§6)."""
+        target: dict[Key, bool] = {}
+        for key in touched:  # (a grouped member's: as its group chooses, below)
+            sub = subs.get(key[0])
+            ungrouped = sub is not None and sub.record.options.group is None
+            target[key] = ungrouped and self.pairs[key].phase in DELIVERED
+        replaced: set[Key] = set()
+        for pid, group in sorted(groups):
+            self._choose(group, pid, subs, profiles, target, replaced)
+        handed_over = _handed_over(cause, subs)
+        out = []
+        for key in sorted(target):
+            sid, pid = key
+            pair, now = self.pairs[key], target[key]
+            sub, prof = subs.get(sid), profiles.get(pid)
+            group = sub.record.options.group if sub is not None else None
+            retold = False
+            if pair.told and (not now or sid == handed_over or pair.group != group):
+                before_sub = (
+                    cause.old if cause.kind == "subscription" and sid == cause.ident else sub
+                )
+                before_prof = cause.old if cause.kind == "profile" and pid == cause.ident else prof
+                reason = "changed" if now or pair.phase in DELIVERED else pair.reason
+                out.append(emit("unmatch", reason, before_sub, before_prof, cause.ts))
+                pair.told, pair.group, pair.sent, retold = False, None, None, now
+            if now and not pair.told:
+                reason = "replaced" if key in replaced else "changed" if retold else pair.reason
+                out.append(emit("match", reason, sub, prof, cause.ts))
+                pair.told, pair.group, pair.sent = True, group, _sent(sub, prof)
+            elif now and pair.holds and self._updates(cause, pair, sub, prof):
+                out.append(emit("update", cause.reason, sub, prof, cause.ts))
+                pair.sent = _sent(sub, prof)
+            self._dirty.add(("p", sid, pid))
+            if pair.phase == OFF and not pair.told and not pair.holds:
+                self._remove(key)
+        return out
+
+    @staticmethod
+    def _updates(cause: Cause, pair: Pair, sub: Held, prof: Held) -> bool:
+        """Whether a pair delivered before and after the step gets `update` (§6)."""
+        if cause.kind == "profile":
+            return cause.ident == prof.record.id and not cause.gone
+        if cause.kind == "subscription":
+            return cause.ident == sub.record.id and pair.sent != _sent(sub, prof)
+        return False
+
+    def _choose(
+        self,
+        group: str,
+        pid: str,
+        subs: Mapping[str, Held],
+        profiles: Mapping[str, Held],
+        target: dict[Key, bool],
+        replaced: set[Key],
+    ) -> None:
+        """§5 for one (profile, group): drop the chosen that are no longer eligible,
+        fill up to k by the policy; `target` gets each member's delivered state."""
+        eligible = set()
+        for sid in self.by_prof.get(pid, ()):
+            sub = subs.get(sid)
+            if (
+                sub is not None
+                and sub.record.options.group == group
+                and self.pairs[sid, pid].phase in DELIVERED
+            ):
+                eligible.add(sid)
+        chosen = self.chosen.get((group, pid), set())
+        left = chosen - eligible
+        kept = chosen & eligible
+        taken: list[str] = []
+        if eligible:
+            policy = subs[min(eligible)].record.options
+            if len(kept) < policy.k:
+                waiting = eligible - kept
+                served = {sid: self.served.get((group, sid), 0) for sid in waiting}
+                order = ranked(
+                    policy,
+                    waiting,
+                    profiles[pid].record.profile,
+                    lambda sid: subs[sid].record.options,
+                    served,
+                )
+                taken = order[: policy.k - len(kept)]
+        for sid in left:
+            sub = subs.get(sid)
+            if sub is None or sub.record.options.group == group:
+                target[sid, pid] = False
+        for sid in eligible:
+            target[sid, pid] = sid in kept
+        for sid in taken:
+            target[sid, pid] = True
+            self._count(group, sid, self.served.get((group, sid), 0) + 1)
+        replaced.update((sid, pid) for sid in taken[: len(left)])
+        now = kept | set(taken)
+        if now != chosen:
+            if now:
+                self.chosen[group, pid] = now
+            else:
+                self.chosen.pop((group, pid), None)
+            self._dirty.add(("c", group, pid))
+
+    def _count(self, group: str, sid: str, count: int | None) -> None:
+        if count is None:
+            if self.served.pop((group, sid), None) is None:
+                return
+        else:
+            self.served[group, sid] = count
+        self._dirty.add(("n", group, sid))
+
+
+def _handed_over(cause: Cause, subs: Mapping[str, Held]) -> str | None:
+    """The id of the subscription whose subscriber the step changed, if any."""
+    if cause.kind != "subscription" or cause.old is None or cause.gone:
+        return None
+    new = subs.get(cause.ident)
+    if new is None or new.record.subscriber == cause.old.record.subscriber:
+        return None
+    return cause.ident
+
+
+def _sent(sub: Held, prof: Held) -> tuple[str, float]:
+    """What a record of the pair tells: the profile version and the pair's valid_to."""
+    return prof.version, min(sub.record.valid_to, prof.record.valid_to)
