@@ -34,7 +34,14 @@ class StopFlag:
     def __init__(self) -> None:
         self.event = threading.Event()
         self.signal: int | None = None
-        self._previous = {s: signal.signal(s, self._set) for s in (signal.SIGINT, signal.SIGTERM)}
+        self._previous: dict[int, Any] = {}
+        self.listen()
+
+    def listen(self) -> None:
+        """Take SIGINT and SIGTERM (again: a SparkContext, when it starts, takes
+        SIGINT for itself, to cancel its jobs and raise KeyboardInterrupt)."""
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            self._previous.setdefault(signum, signal.signal(signum, self._set))
 
     def _set(self, signum: int, _frame: Any) -> None:
         self.signal = signum

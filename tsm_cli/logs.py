@@ -30,10 +30,13 @@ import os
 import sys
 from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
 # The packages whose loggers follow the verbosity; others (py4j, ...) stay quieter.
 PACKAGES = ("tsm_cli", "matcher", "streaming", "connectors", "benchmarks")
 BATCH_LOG = "streaming.listener.batches"
+# Spark's loggers that report a streaming query's end (`quiet_query_errors`).
+QUERY_LOGGERS = ("org.apache.spark.sql.execution.streaming.runtime.MicroBatchExecution",)
 _LABELS = {logging.WARNING: "warning: ", logging.ERROR: "error: ", logging.CRITICAL: "error: "}
 
 
@@ -100,6 +103,19 @@ def _level(verbosity: int) -> int:
 def spark_log_level(verbosity: int) -> str:
     """Spark's log4j level for `sparkContext.setLogLevel`."""
     return "ERROR" if verbosity < 0 else "WARN" if verbosity < 2 else "INFO"
+
+
+def quiet_query_errors(spark: Any) -> None:
+    """Leave the end of a streaming query to the command that runs it (`tsm run` says
+    in one line why it failed, and nothing when it was stopped): Spark's query
+    execution logs a failed query whole at ERROR (Java and Python stack traces, the
+    plan), and py4j logs an exception raised in a Python callback (the stop of
+    `streaming.stopping.StopFlag.guard`, say) as an error of its own."""
+    jvm = spark.sparkContext._jvm
+    level = jvm.org.apache.logging.log4j.Level.OFF
+    for name in QUERY_LOGGERS:
+        jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(name, level)
+    logging.getLogger("py4j.clientserver").setLevel(logging.CRITICAL)
 
 
 def client_log_level(verbosity: int) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 import logging
-import signal
+import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -25,7 +25,7 @@ from tsm_cli.args import (
     verbosity,
     whole,
 )
-from tsm_cli.logs import jvm_output_to, spark_log_level
+from tsm_cli.logs import jvm_output_to, quiet_query_errors, spark_log_level
 
 if TYPE_CHECKING:
     from streaming.config import JobConfig
@@ -185,45 +185,79 @@ def run(
     spark_log: Path | None = None,
     executors: Executors | None = None,
 ) -> int:
-    """Start the query, log each batch, stop between batches on a signal."""
+    """Start the query, log each batch, stop between batches on a signal.
+
+    Returns 0 when the query is done (`available_now`) or stopped by SIGINT or
+    SIGTERM, at any moment from here on: a stop is no failure, and the restart
+    goes on from the checkpoint. A failed query is one line on stderr and 1."""
     from pyspark.errors import IllegalArgumentException
 
     from streaming import job
-    from streaming.listener import Counters, ProgressLogger, failure_reason, live_counts
+    from streaming.listener import Counters, ProgressLogger, live_counts
     from streaming.stopping import StopFlag, StopRequested, wait_between_batches
 
-    name, level = f"tsm run ({config.query_name})", spark_log_level(verbosity)
-    with jvm_output_to(spark_log):
-        spark = job.session(config, master, name, log_level=level, executors=executors)
-    ui = spark.sparkContext.uiWebUrl
-    writes = (
-        "exactly once (Kafka transactions, for read_committed consumers)"
-        if config.exactly_once
-        else "at least once (drop duplicates by match_id)"
-    )
-    log.info("query %r writes %s; Spark UI at %s", config.query_name, writes, ui or "(disabled)")
-    metrics = spark.sparkContext.accumulator({}, Counters())
-    listener = ProgressLogger(config.query_name, metrics)
-    spark.streams.addListener(listener)
-    stop = StopFlag()
+    stop = StopFlag()  # (from here: the JVM takes seconds to start)
     try:
-        listener.live = live_counts(spark, config.checkpoint)
-        writer = stop.guard(job.kafka_writer(config))
-        query = job.start(spark, config, metrics, available_now=available_now, writer=writer)
-        wait_between_batches(query, stop)
-        error = query.exception()
-    except (ValueError, IllegalArgumentException) as exc:  # (a setting Spark refused)
-        raise CliError(str(exc)) from None
+        name, level = f"tsm run ({config.query_name})", spark_log_level(verbosity)
+        with jvm_output_to(spark_log):
+            spark = job.session(config, master, name, log_level=level, executors=executors)
+        stop.listen()
+        quiet_query_errors(spark)
+        ui = spark.sparkContext.uiWebUrl
+        log.info(
+            "query %r writes %s; Spark UI at %s",
+            config.query_name,
+            _writes(config),
+            ui or "(disabled)",
+        )
+        metrics = spark.sparkContext.accumulator({}, Counters())
+        listener = ProgressLogger(config.query_name, metrics)
+        spark.streams.addListener(listener)
+        error = None
+        try:
+            listener.live = live_counts(spark, config.checkpoint)
+            if not stop.event.is_set():
+                writer = stop.guard(job.kafka_writer(config))
+                query = job.start(
+                    spark, config, metrics, available_now=available_now, writer=writer
+                )
+                wait_between_batches(query, stop)
+                error = query.exception()
+        except (ValueError, IllegalArgumentException) as exc:  # (a setting Spark refused)
+            raise CliError(str(exc)) from None
+        finally:
+            # Let the last progress events reach the listener, then detach it, so that
+            # the JVM does not call back into a Python process that is exiting.
+            spark.sparkContext._jsc.sc().listenerBus().waitUntilEmpty()
+            spark.streams.removeListener(listener)
+            spark.stop()
     finally:
         stop.restore()
-        # Let the last progress events reach the listener, then detach it, so that
-        # the JVM does not call back into a Python process that is exiting.
-        spark.sparkContext._jsc.sc().listenerBus().waitUntilEmpty()
-        spark.streams.removeListener(listener)
-        spark.stop()
     if error is not None and StopRequested.__name__ not in str(error):
-        details = str(error).split("\n=== Streaming Query ===")[0]  # (not the plan)
-        log.error("the query failed: %s (-v: Spark's whole report)", failure_reason(details))
-        log.debug("Spark's report: %s", details)
+        _report_failure(str(error))
         return 1
-    return 130 if stop.signal == signal.SIGINT else 0
+    return 0
+
+
+def _writes(config: JobConfig) -> str:
+    if config.exactly_once:
+        return "exactly once (Kafka transactions, for read_committed consumers)"
+    return "at least once (drop duplicates by match_id)"
+
+
+def _report_failure(error: str) -> None:
+    """One line: why the query failed, that a restart resumes from the checkpoint, and
+    where Spark's whole report (Java and Python stack traces) is kept."""
+    from streaming.listener import failure_reason
+
+    details = error.split("\n=== Streaming Query ===")[0]  # (not the plan)
+    with tempfile.NamedTemporaryFile(
+        "w", prefix="tsm-run-failure-", suffix=".txt", delete=False
+    ) as file:
+        file.write(details + "\n")
+    log.error(
+        "the query failed: %s; started again, it resumes from its checkpoint "
+        "(Spark's whole report: %s)",
+        failure_reason(details),
+        file.name,
+    )
