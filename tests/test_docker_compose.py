@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from connectors.config import java_client_options
+from matcher.routing.network import parse_network
 from tsm_cli.main import build_parser
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -100,7 +101,8 @@ def tsm_args(words: list[str]):
 
 
 def test_the_file_parses_and_names_its_services():
-    assert set(SERVICES) == {"kafka", "spark-master", "spark-worker", "topics-init", "tsm"}
+    single_site = {n for n, s in SERVICES.items() if not s.get("profiles")}
+    assert single_site == {"kafka", "spark-master", "spark-worker", "topics-init", "tsm"}
     assert SERVICES["spark-worker"]["build"]["dockerfile"] == "docker/Dockerfile"
     assert (ROOT / SERVICES["tsm"]["build"]["dockerfile"]).is_file()
     for service in SERVICES.values():
@@ -258,3 +260,31 @@ def test_java_client_options_leave_out_librdkafka_s_own_and_keep_a_jaas_config()
     assert java_client_options(given) == {"kafka.sasl.jaas.config": "x required;"}
     with pytest.raises(ValueError, match="give kafka.sasl.jaas.config"):
         java_client_options({"kafka.sasl.mechanism": "GSSAPI", "kafka.sasl.username": "u"})
+
+
+def test_the_network_profile_runs_every_site_of_its_file():
+    """Profile `network`: its network file parses (ROUTING §7), every site's bootstrap
+    is a Kafka service of the profile, every site has a job service running it, and
+    the image carries the file."""
+    services = SERVICES
+    network = {n: s for n, s in services.items() if "network" in s.get("profiles", [])}
+    jobs = {}
+    for name, service in network.items():
+        command = service.get("command")
+        if isinstance(command, list) and "--network" in command:
+            path = command[command.index("--network") + 1]
+            jobs[command[command.index("--site") + 1]] = (name, path)
+    assert jobs, "no service runs a site"
+    (path,) = {p for _, p in jobs.values()}
+    net = parse_network((ROOT / path).read_text(), path)
+    assert set(jobs) == set(net.names)
+    for site in net.sites:
+        host = site.bootstrap.rsplit(":", 1)[0]
+        assert host in network and network[host]["image"].startswith("apache/kafka")
+        advertised = network[host]["environment"]["KAFKA_ADVERTISED_LISTENERS"]
+        assert f"//{site.bootstrap}" in advertised
+    assert f"COPY {path} {path}" in (ROOT / "docker" / "Dockerfile").read_text()
+    init = network["net-init"]
+    assert set(init["depends_on"]) == {s.bootstrap.rsplit(":", 1)[0] for s in net.sites}
+    # the services without the profile are the single-site stack, as before
+    assert {"kafka", "tsm"} <= set(services) - set(network)
