@@ -89,8 +89,10 @@ def wait_ready(
     """
     from confluent_kafka.admin import AdminClient
 
-    # Quiet: while the port is closed librdkafka would log every refused connect.
-    admin = AdminClient(confluent_config(bootstrap, required={"log_level": 0}))
+    # Quiet: while the port is closed librdkafka would log every refused connect;
+    # and quick to try again, as the port opens within milliseconds.
+    required = {"log_level": 0, "reconnect.backoff.ms": 20}
+    admin = AdminClient(confluent_config(bootstrap, required=required))
     deadline = time.monotonic() + timeout
     last_error: Exception | None = None
     while time.monotonic() < deadline:

@@ -188,7 +188,26 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         )
 
     def _watermarks(self) -> dict[tuple[str, int], tuple[int, int]]:
-        """(low, high) of every partition of the subscribed topics; missing topics have none."""
+        """(low, high) of every partition of the subscribed topics; missing topics have none.
+
+        A broker that does not answer (restarting, say) is waited for as a reading
+        task waits for records (`_fetch`): up to the poll timeout, then the query fails."""
+        from confluent_kafka import KafkaException
+
+        deadline = time.monotonic() + self.poll_timeout
+        while True:
+            try:
+                return self._read_watermarks()
+            except KafkaException as exc:
+                error = exc.args[0]
+                if not _passing(error):
+                    raise
+                if time.monotonic() > deadline:
+                    message = _unanswered(self.client_options, self.poll_timeout, error)
+                    raise TimeoutError(message) from None
+                time.sleep(1.0)
+
+    def _read_watermarks(self) -> dict[tuple[str, int], tuple[int, int]]:
         from confluent_kafka import Consumer, TopicPartition
 
         if self._planner is None:
@@ -341,6 +360,23 @@ def read_range(
         consumer.close()
 
 
+def _passing(error: object) -> bool:
+    """Whether a Kafka client error is one to wait out: the broker unreachable for a
+    while (down, restarting) or another error the client retries by itself."""
+    from confluent_kafka import KafkaError
+
+    waited = (KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._TIMED_OUT)
+    return not error.fatal() and (error.code() in waited or error.retriable())
+
+
+def _unanswered(options: Mapping[str, str], timeout: float, error: object) -> str:
+    """The one line of a broker that did not answer within the poll timeout."""
+    return (
+        f"Kafka at {options['kafka.bootstrap.servers']} did not answer within {timeout:g}s "
+        f"(kafkaConsumer.pollTimeoutMs): {error.str()}"
+    )
+
+
 def _fetch(consumer: object, part: OffsetRange, poll_timeout: float) -> Iterator[list]:
     """Yield the records of `part` in offset order, in lists, with `consumer` assigned
     to it (and left so).
@@ -349,7 +385,9 @@ def _fetch(consumer: object, part: OffsetRange, poll_timeout: float) -> Iterator
     blocks for the whole timeout at the end of every range (PLATFORM.md).
     Offsets without a record (transaction markers, aborted or compacted
     records) are recognised by the consumer's position passing them; such a
-    gap at the end of a range costs one consume timeout.
+    gap at the end of a range costs one consume timeout. A broker that is
+    down (`_passing` errors) is waited for like records: up to `poll_timeout`
+    since the last record came.
     """
     from confluent_kafka import KafkaException, TopicPartition
 
@@ -363,7 +401,10 @@ def _fetch(consumer: object, part: OffsetRange, poll_timeout: float) -> Iterator
         messages = consumer.consume(want, timeout=0.2)
         errors = [m.error() for m in messages if m.error() is not None]
         if errors:
-            raise KafkaException(errors[0])
+            lasting = [e for e in errors if not _passing(e)]
+            if lasting:
+                raise KafkaException(lasting[0])
+            messages = [m for m in messages if m.error() is None]
         if messages and messages[-1].offset() >= part.end:  # past a gap in the range
             messages = [m for m in messages if m.offset() < part.end]
         if messages:
