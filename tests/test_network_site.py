@@ -29,7 +29,7 @@ from matcher.engine import Engine, Input
 from matcher.events import encode
 from matcher.records import Source
 from matcher.routing.network import parse_network
-from streaming.network_site import KafkaRow, SiteJob, control_start
+from streaming.network_site import KafkaRow, SiteJob, control_start, control_tick
 from streaming.network_topics import site_topics
 from tests import oracle
 from tests.test_routing_equivalence import ROUTINGS, churn, generated, qualified, trees
@@ -49,8 +49,13 @@ class Topic:
         self.records: list[tuple[bytes | None, bytes]] = []
 
 
-def run_network(net, subs: list[dict], profiles: list[dict], rng: random.Random) -> list[bytes]:
-    """Every site's job over its records; the match records they wrote."""
+def run_network(
+    net, subs: list[dict], profiles: list[dict], rng: random.Random, live_until: int | None = None
+) -> list[bytes]:
+    """Every site's job over its records; the match records they wrote. A run over
+    what the topics hold (`control_start` with the end offsets), or with
+    `live_until`, a live run: no ends, and once a site has read its records, clock
+    ticks from `live_until` on, `idle_ms` apart, move its watermark past it."""
     topics = {name: site_topics(net, name) for name in net.names}
     kafka: dict[tuple[str, str], Topic] = {}
 
@@ -77,17 +82,29 @@ def run_network(net, subs: list[dict], profiles: list[dict], rng: random.Random)
             chunks[name].append([KafkaRow(tp, 0, off, None, None, v, wm) for _, tp, off, v in part])
         ends = {(t.topics.subscriptions, 0): offsets[t.topics.subscriptions]}
         ends[(t.topics.profiles, 0)] = offsets[t.topics.profiles]
-        topic(name, t.control).records.append((None, control_start(ends)))
+        start = control_start(None if live_until is not None else ends)
+        topic(name, t.control).records.append((None, start))
 
     jobs = {name: SiteJob(net, name, topics[name]) for name in net.names}
     read: Counter = Counter()
     matches: list[bytes] = []
+    ticks: Counter = Counter()
+
+    def finished(job) -> bool:
+        if live_until is None:
+            return job.done
+        return not job.pending and all(s.done >= live_until for s in job.site.stages)
+
     for _ in range(2000):
-        if all(job.done for job in jobs.values()):
+        if all(finished(job) for job in jobs.values()):
             break
         name = rng.choice(net.names)
         t = topics[name]
         rows = chunks[name].pop(0) if chunks[name] and rng.random() < 0.7 else []
+        if live_until is not None and not chunks[name]:
+            now = live_until + net.idle_ms * ticks[name]  # (a clock moves on)
+            topic(name, t.control).records.append((None, control_tick(now)))
+            ticks[name] += 1
         for source in t.link_inputs:
             records = topic(name, source).records
             start = read[name, source]
@@ -103,7 +120,7 @@ def run_network(net, subs: list[dict], profiles: list[dict], rng: random.Random)
             write(doomed, topics, topic, name, matches, rng)
         jobs[name] = pickle.loads(pickle.dumps(jobs[name]))
         write(jobs[name].step(rows), topics, topic, name, matches, None)
-    assert all(job.done for job in jobs.values()), {n: j.report() for n, j in jobs.items()}
+    assert all(finished(job) for job in jobs.values()), {n: j.report() for n, j in jobs.items()}
     assert all(not job.pending for job in jobs.values())
     return matches
 
@@ -120,7 +137,9 @@ def write(out, topics, topic, name, matches, rng) -> None:
         topic(neighbour, link).records.extend(part(records))
 
 
-def one_matcher(subs: list[dict], profiles: list[dict]) -> list[bytes]:
+def one_matcher(subs: list[dict], profiles: list[dict], until: int | None = None) -> list[bytes]:
+    """One matcher's records of every site's input; with `until`, then those of its
+    watermark passing `until`."""
     items = [
         Input("subscription", json.dumps(r), Source(file="subs", line=i))
         for i, r in enumerate(subs, start=1)
@@ -128,7 +147,9 @@ def one_matcher(subs: list[dict], profiles: list[dict]) -> list[bytes]:
         Input("profile", json.dumps(r), Source(file="profiles", line=i))
         for i, r in enumerate(profiles, start=1)
     ]
-    return [encode(o.value) for o in Engine().process_batch(items) if o.topic == "matches"]
+    engine = Engine()
+    out = engine.process_batch(items) + (engine.advance(until) if until is not None else [])
+    return [encode(o.value) for o in out if o.topic == "matches"]
 
 
 def with_bootstraps(toml: str, names: list[str]) -> str:
@@ -147,7 +168,13 @@ def test_streaming_sites_equal_one_matcher(data, tree, routing, seed):
     subs = [r for kind, r in records if kind == "subscription"]
     profiles = [r for kind, r in records if kind == "profile"]
     net = parse_network(with_bootstraps(network_toml(list(order), links, *routing), order))
-    got = run_network(net, subs, profiles, random.Random(seed))
-    expected = one_matcher(subs, profiles)
+    live_until = None
+    if data.draw(st.booleans()):  # a live run: the sites' clocks pass every record
+        # (past every finite end too: where the clocks stop then changes nothing)
+        ends = [r.get("valid_to") for r in subs + profiles]
+        times = [r["ts"] for r in subs + profiles] + [t for t in ends if t is not None]
+        live_until = max(map(oracle.to_ms, times)) + data.draw(st.sampled_from((1, 10, 10**6)))
+    got = run_network(net, subs, profiles, random.Random(seed), live_until)
+    expected = one_matcher(subs, profiles, live_until)
     assert len(set(expected)) == len(expected)
     assert sorted(set(got)) == sorted(expected)

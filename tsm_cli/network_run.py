@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import logging
 import signal
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -25,6 +26,11 @@ if TYPE_CHECKING:
     from streaming.config import JobConfig
 
 log = logging.getLogger(__name__)
+
+# A query failure that says nothing about the query: its Python worker started too
+# slowly (Spark waits 10 s for it, which a busy 2-core machine can take).
+TRANSIENT = "Python worker failed to connect back"
+RESTARTS = 3
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -98,6 +104,8 @@ def run_sites(
     """Start the sites' queries in one Spark application; log each batch; stop when
     every site is done (`available_now`) or on a signal. The exit status, and each
     site's last batch report (`SiteJob.report`)."""
+    from pyspark.errors import StreamingQueryException
+
     from connectors.admin import BadClientSetting
     from streaming import job, network_job
     from streaming.network_site import control_start
@@ -116,26 +124,45 @@ def run_sites(
         spark = job.session(config, master, app, log_level=spark_log_level(verbosity))
     stop = StopFlag()
     failed = None
+
+    def start(name: str) -> None:
+        runs[name].query = network_job.start_site(
+            spark,
+            net,
+            runs[name],
+            options=options,
+            checkpoint=str(checkpoint / name),
+            max_records_per_trigger=max_records_per_trigger or config.max_records_per_trigger,
+            trigger_interval=trigger_interval or "1 second",
+            guard=stop.guard,
+        )
+
     try:
         for name, site in runs.items():
-            site.query = network_job.start_site(
-                spark,
-                net,
-                site,
-                options=options,
-                checkpoint=str(checkpoint / name),
-                max_records_per_trigger=max_records_per_trigger or config.max_records_per_trigger,
-                trigger_interval=trigger_interval or "1 second",
-                guard=stop.guard,
-            )
+            start(name)
             log.info("site %s: query started (checkpoint %s)", name, checkpoint / name)
+            # one at a time: each query's first batch starts its Python workers, which
+            # must connect back to Spark within 10 s; several at once on a busy machine
+            # miss that
+            tries = 0
+            while site.batches == 0 and not stop.event.is_set():
+                if not site.query.isActive:
+                    if TRANSIENT not in str(site.query.exception()) or tries == RESTARTS:
+                        break  # (`_wait` reports it)
+                    tries += 1
+                    log.warning("site %s: %s; starting its query again", name, TRANSIENT)
+                    start(name)
+                try:
+                    site.query.awaitTermination(POLL_SECONDS)
+                except StreamingQueryException:
+                    pass  # (read from query.exception())
         ticker = None
         if not available_now:
             every = max(net.idle_ms / 2000, 0.5)
             ticker = network_job.Ticker([r.topics for r in runs.values()], options, every)
             ticker.__enter__()
         try:
-            failed = _wait(runs, stop, POLL_SECONDS, available_now=available_now)
+            failed = _wait(runs, stop, POLL_SECONDS, available_now=available_now, restart=start)
         finally:
             if ticker is not None:
                 ticker.__exit__()
@@ -152,16 +179,26 @@ def run_sites(
     return (130 if stop.signal == signal.SIGINT else 0), reports
 
 
-def _wait(runs: dict, stop, poll: float, *, available_now: bool) -> tuple[str, str] | None:
+def _wait(
+    runs: dict, stop, poll: float, *, available_now: bool, restart: Callable[[str], None]
+) -> tuple[str, str] | None:
     """Until every site is done (available now), a stop is asked or a query fails;
-    (site, error) of a failure."""
+    (site, error) of a failure. A query whose Python worker did not start in time (a
+    busy machine) is started again from its checkpoint, up to `RESTARTS` times."""
     from pyspark.errors import StreamingQueryException
 
+    restarts = dict.fromkeys(runs, 0)
     while True:
         for name, site in runs.items():
             error = site.query.exception()
-            if error is not None:
-                return name, str(error)
+            if error is None:
+                continue
+            if TRANSIENT in str(error) and restarts[name] < RESTARTS and not stop.event.is_set():
+                restarts[name] += 1
+                log.warning("site %s: %s; starting its query again", name, TRANSIENT)
+                restart(name)
+                continue
+            return name, str(error)
         if available_now and all(site.done for site in runs.values()):
             return None
         if stop.event.is_set():
