@@ -220,7 +220,7 @@ def assert_moved_off(run: ClusterRun, executor: str, before: int) -> None:
 def deduplicated_equals_replay(bootstrap: str, topics, want: set) -> Counter:
     """Check the matches a read_uncommitted reader sees, duplicates dropped; return the
     count of each match_id."""
-    values = consume_values(bootstrap, topics.matches, from_beginning=True, timeout=3.0)
+    values = list(consume_values(bootstrap, topics.matches, from_beginning=True, timeout=3.0))
     assert triples(values) == want
     return Counter(json.loads(v)["match_id"] for v in values)
 
@@ -286,8 +286,10 @@ def test_an_executor_killed_mid_batch_loses_and_duplicates_nothing_exactly_once(
     assert len(batches) > 4
     want = triples(expected([inputs_of(bootstrap, topics)])["matches"].elements())
     assert len(want) > 1000
-    committed = consume_values(
-        bootstrap, topics.matches, from_beginning=True, timeout=3.0, read_committed=True
+    committed = list(
+        consume_values(
+            bootstrap, topics.matches, from_beginning=True, timeout=3.0, read_committed=True
+        )
     )
     assert triples(committed) == want
     counts = Counter(json.loads(v)["match_id"] for v in committed)
