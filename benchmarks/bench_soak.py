@@ -238,6 +238,15 @@ def _rss_mb(processes: list[Any]) -> float:
     return round(total / 2**20, 1)
 
 
+def _tail(path: Path, lines: int = 20) -> str:
+    """The last lines of the job's stderr that are not batch lines (its errors)."""
+    try:
+        text = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return ""
+    return "\n".join([line for line in text if not line.startswith("{")][-lines:])
+
+
 class BatchLog:
     """The job's batch log as it grows: each batch line with the time it appeared
     (`at`, seconds since the stream started; read every 50 ms or so)."""
@@ -317,6 +326,15 @@ def run(plan: Plan, work: Path) -> dict[str, Any]:
         with open(batches_path, "wb") as batches_out:
             job = subprocess.Popen(command, cwd=work, stderr=batches_out, start_new_session=True)
         try:
+            # The stream starts once the job has read the live subscriptions (its first
+            # batch): the run's minutes are all of steady stream.
+            loaded = BatchLog(batches_path, start)
+            while not loaded.read():
+                if job.poll() is not None or time.time() > start + 1800:
+                    raise RuntimeError(f"the job did not start:\n{_tail(batches_path)}")
+                time.sleep(1)
+            log.info("the job read the live subscriptions in %.0f s", time.time() - start)
+            start = time.time()
             return _soak(plan, stream, producer, job, bootstrap, batches_path, start, work)
         finally:
             if job.poll() is None:
@@ -341,7 +359,7 @@ def _soak(plan, stream, producer, job, bootstrap, batches_path, start, work) -> 
     last = start
     while time.time() < end:
         if job.poll() is not None:
-            raise RuntimeError(f"the job stopped (status {job.returncode}); see {batches_path}")
+            raise RuntimeError(f"the job stopped (status {job.returncode}):\n{_tail(batches_path)}")
         now = time.time()
         now_ms = int(now * 1000)
         renew_debt += renew_per_s * (now - last)
@@ -371,6 +389,8 @@ def _soak(plan, stream, producer, job, bootstrap, batches_path, start, work) -> 
         if batch_log.rows() >= inputs:
             break
         time.sleep(2)
+    if job.poll() is not None:
+        raise RuntimeError(f"the job stopped (status {job.returncode}):\n{_tail(batches_path)}")
     drained_after = time.time() - stream_end
     time.sleep(10)  # (the last batch's records reach the reader)
     batch_log.read()
