@@ -5,9 +5,11 @@ a third with a vehicle kind), each living `lifetime` seconds and replaced as it
 expires (new ids at subscriptions / lifetime a second, so the live count stays
 level), and `rate` profiles a second from moving objects, each object reporting
 every `period` seconds under its id (an upsert: `update`, `unmatch`, `match` as
-it moves), each report valid until a bit after the next. Every record's `ts` is
-the wall clock when it is produced, so event time is real time and expiry runs
-as it would in production.
+it moves), each report valid until a bit after the next. Event time is real
+time: a record's `ts` is the wall clock when it is produced, less the time the
+job took to start and read the live subscriptions (they were written before it
+started), so that they expire over the stream's first lifetime as if they had
+arrived over the last one, and expiry runs as it would in production.
 
 The job runs as `tsm run --master spark://...` on a `LocalCluster` (a master and
 two workers), the space sharded into four cells over two executors. Sampled
@@ -173,9 +175,10 @@ class MatchReader(threading.Thread):
     """Reads the matches topic all along: the set of match records (for the check against
     the engine), and the produce-to-match latency of each profile's records."""
 
-    def __init__(self, bootstrap: str, topic: str, start: float) -> None:
+    def __init__(self, bootstrap: str, topic: str, start: float, shift_ms: int) -> None:
         super().__init__(daemon=True)
         self.bootstrap, self.topic, self.start_wall = bootstrap, topic, start
+        self.shift_ms = shift_ms  # wall clock = event time + shift_ms
         self.matches: set[tuple[str, str, str]] = set()
         self.records = 0
         self.latency: dict[int, list[int]] = defaultdict(list)  # bucket → ms
@@ -204,8 +207,9 @@ class MatchReader(threading.Thread):
         if record["event"] == "match":
             self.matches.add((record["subscription_id"], record["profile_id"], record["match_id"]))
         if record["reason"] in ("new-profile", "changed") and record["profile_id"].startswith("o"):
-            bucket = int((record["ts"] / 1000 - self.start_wall) // SAMPLE_S)
-            self.latency[bucket].append(written_ms - record["ts"])
+            produced_ms = record["ts"] + self.shift_ms
+            bucket = int((produced_ms / 1000 - self.start_wall) // SAMPLE_S)
+            self.latency[bucket].append(written_ms - produced_ms)
 
 
 def _processes(job_pid: int) -> dict[str, list[Any]]:
@@ -236,6 +240,15 @@ def _rss_mb(processes: list[Any]) -> float:
         except psutil.Error:
             pass
     return round(total / 2**20, 1)
+
+
+def _tail(path: Path, lines: int = 20) -> str:
+    """The last lines of the job's stderr that are not batch lines (its errors)."""
+    try:
+        text = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return ""
+    return "\n".join([line for line in text if not line.startswith("{")][-lines:])
 
 
 class BatchLog:
@@ -317,7 +330,20 @@ def run(plan: Plan, work: Path) -> dict[str, Any]:
         with open(batches_path, "wb") as batches_out:
             job = subprocess.Popen(command, cwd=work, stderr=batches_out, start_new_session=True)
         try:
-            return _soak(plan, stream, producer, job, bootstrap, batches_path, start, work)
+            # The stream starts once the job has read the live subscriptions (its first
+            # batch): the run's minutes are all of steady stream.
+            loaded = BatchLog(batches_path, start)
+            while not loaded.read():
+                if job.poll() is not None or time.time() > start + 1800:
+                    raise RuntimeError(f"the job did not start:\n{_tail(batches_path)}")
+                time.sleep(1)
+            log.info("the job read the live subscriptions in %.0f s", time.time() - start)
+            # Event time goes on from the preload's: the stream's `ts` is the wall clock
+            # less the time the job took to start, so that the live subscriptions expire
+            # over the first lifetime of the stream, not while the job was starting.
+            loaded_at = time.time()
+            shift_ms = int((loaded_at - start) * 1000)
+            return _soak(plan, stream, producer, job, bootstrap, batches_path, loaded_at, shift_ms)
         finally:
             if job.poll() is None:
                 job.send_signal(signal.SIGTERM)
@@ -328,8 +354,8 @@ def run(plan: Plan, work: Path) -> dict[str, Any]:
                     job.wait()
 
 
-def _soak(plan, stream, producer, job, bootstrap, batches_path, start, work) -> dict[str, Any]:
-    reader = MatchReader(bootstrap, "soak.matches", start)
+def _soak(plan, stream, producer, job, bootstrap, batches_path, start, shift_ms) -> dict[str, Any]:
+    reader = MatchReader(bootstrap, "soak.matches", start, shift_ms)
     reader.start()
     batch_log = BatchLog(batches_path, start)
     memory = {name: Series() for name in ("driver", "driver_jvm", "executors", "workers")}
@@ -341,9 +367,9 @@ def _soak(plan, stream, producer, job, bootstrap, batches_path, start, work) -> 
     last = start
     while time.time() < end:
         if job.poll() is not None:
-            raise RuntimeError(f"the job stopped (status {job.returncode}); see {batches_path}")
+            raise RuntimeError(f"the job stopped (status {job.returncode}):\n{_tail(batches_path)}")
         now = time.time()
-        now_ms = int(now * 1000)
+        now_ms = int(now * 1000) - shift_ms  # (event time)
         renew_debt += renew_per_s * (now - last)
         last = now
         while renew_debt >= 1:
@@ -371,6 +397,8 @@ def _soak(plan, stream, producer, job, bootstrap, batches_path, start, work) -> 
         if batch_log.rows() >= inputs:
             break
         time.sleep(2)
+    if job.poll() is not None:
+        raise RuntimeError(f"the job stopped (status {job.returncode}):\n{_tail(batches_path)}")
     drained_after = time.time() - stream_end
     time.sleep(10)  # (the last batch's records reach the reader)
     batch_log.read()

@@ -18,6 +18,7 @@ reader of the exactly-once mode must see no duplicate at all.
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 import time
@@ -219,7 +220,7 @@ def assert_moved_off(run: ClusterRun, executor: str, before: int) -> None:
 def deduplicated_equals_replay(bootstrap: str, topics, want: set) -> Counter:
     """Check the matches a read_uncommitted reader sees, duplicates dropped; return the
     count of each match_id."""
-    values = consume_values(bootstrap, topics.matches, from_beginning=True, timeout=3.0)
+    values = list(consume_values(bootstrap, topics.matches, from_beginning=True, timeout=3.0))
     assert triples(values) == want
     return Counter(json.loads(v)["match_id"] for v in values)
 
@@ -285,8 +286,10 @@ def test_an_executor_killed_mid_batch_loses_and_duplicates_nothing_exactly_once(
     assert len(batches) > 4
     want = triples(expected([inputs_of(bootstrap, topics)])["matches"].elements())
     assert len(want) > 1000
-    committed = consume_values(
-        bootstrap, topics.matches, from_beginning=True, timeout=3.0, read_committed=True
+    committed = list(
+        consume_values(
+            bootstrap, topics.matches, from_beginning=True, timeout=3.0, read_committed=True
+        )
     )
     assert triples(committed) == want
     counts = Counter(json.loads(v)["match_id"] for v in committed)
@@ -308,13 +311,21 @@ def test_a_lost_worker_replaced_by_a_new_one_loses_nothing(
     config = write_config(
         tmp_path / "tsm.toml", topics, query_name="cl-worker", max_records_per_trigger=150
     )
-    with on_cluster(config, tmp_path, "--available-now") as run:
+    with on_cluster(config, tmp_path) as run:  # (runs until stopped)
         app, executor = busy_executor(run, after_batches=2)
         before = len(run.batches())
         worker = executor_process(app, executor).parent()
         lost = next(w for w in cluster.workers if w.pid == worker.pid)
         kill_tree(worker)
         replacement = cluster.add_worker()
+        # every record read, and the master has given the job an executor on the new worker
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and run.process.poll() is None:
+            read = sum(b["input_rows"] for b in run.batches())
+            if read >= len(subs) + len(profiles) and (Path(replacement.work_dir) / app).is_dir():
+                break
+            time.sleep(1)
+        run.process.send_signal(signal.SIGTERM)  # (stops between batches)
         assert run.wait() == 0, run.tail()
     want = triples(expected([inputs_of(bootstrap, topics)])["matches"].elements())
     assert len(want) > 1000

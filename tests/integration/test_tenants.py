@@ -66,7 +66,7 @@ def test_each_tenant_s_matches_go_to_its_own_topic_and_no_subscription_reaches_a
         for name in made
     }
     assert sum(got.values(), Counter()) == want
-    assert consume_values(bootstrap, topics.matches, from_beginning=True, timeout=2.0) == []
+    assert list(consume_values(bootstrap, topics.matches, from_beginning=True, timeout=2.0)) == []
     for name, records in got.items():
         owners = {tenants.topic(json.loads(v)["subscriber"].encode()) for v in records}
         assert owners == {name}
