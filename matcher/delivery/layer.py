@@ -236,8 +236,12 @@ class Delivery:
             ungrouped = sub is not None and sub.record.options.group is None
             target[key] = ungrouped and self.pairs[key].phase in DELIVERED
         replaced: set[Key] = set()
+        eligible: dict[str, dict[str, set[str]]] = {}  # profile -> group -> eligible members
         for pid, group in sorted(groups):
-            self._choose(group, pid, subs, profiles, target, replaced)
+            if pid not in eligible:
+                eligible[pid] = self._eligible(pid, subs)
+            members = eligible[pid].get(group, set())
+            self._choose(group, pid, members, subs, profiles, target, replaced)
         handed_over = _handed_over(cause, subs)
         out = []
         for key in sorted(target):
@@ -275,26 +279,32 @@ class Delivery:
             return cause.ident == sub.record.id and pair.sent != _sent(sub, prof)
         return False
 
+    def _eligible(self, pid: str, subs: Mapping[str, Held]) -> dict[str, set[str]]:
+        """Per group, the members whose pair with the profile is delivered (§4).
+        O(pairs of the profile)."""
+        out: dict[str, set[str]] = {}
+        pairs = self.pairs
+        for sid in self.by_prof.get(pid, ()):
+            sub = subs.get(sid)
+            if sub is not None and pairs[sid, pid].phase in DELIVERED:
+                group = sub.record.options.group
+                if group is not None:
+                    out.setdefault(group, set()).add(sid)
+        return out
+
     def _choose(
         self,
         group: str,
         pid: str,
+        eligible: set[str],
         subs: Mapping[str, Held],
         profiles: Mapping[str, Held],
         target: dict[Key, bool],
         replaced: set[Key],
     ) -> None:
-        """§5 for one (profile, group): drop the chosen that are no longer eligible,
-        fill up to k by the policy; `target` gets each member's delivered state."""
-        eligible = set()
-        for sid in self.by_prof.get(pid, ()):
-            sub = subs.get(sid)
-            if (
-                sub is not None
-                and sub.record.options.group == group
-                and self.pairs[sid, pid].phase in DELIVERED
-            ):
-                eligible.add(sid)
+        """§5 for one (profile, group) and its `eligible` members: drop the chosen
+        that are no longer eligible, fill up to k by the policy; `target` gets each
+        member's delivered state."""
         chosen = self.chosen.get((group, pid), set())
         left = chosen - eligible
         kept = chosen & eligible
