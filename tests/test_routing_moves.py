@@ -464,3 +464,22 @@ def test_asks_and_handovers_read_twice_are_answered_and_taken_once():
     ]
     assert not sites["b"].local.refused and not sites["a"].local.refused
     assert "s1" in sites["b"].matcher.spaces["A"].subs
+
+
+@pytest.mark.parametrize("routing", ["covering", "merging"])
+def test_the_filters_a_moved_one_covered_are_sent_again(routing):
+    """At a, alice's wide filter covers bob's narrow one, so only hers went toward c.
+    She moves to c: bob's goes out now, and c's profile in it reaches him; c's
+    profile only she wants does not go to a any more."""
+    subs = [
+        sub("wide", 0, "x > 0", "a"),
+        sub("narrow", 0, "x BETWEEN 1 AND 2", "a", subscriber="bob"),
+        move(20, "a", "c", subscriber="alice"),
+    ]
+    profiles = [pub("p", 30, 1.5, "c"), pub("q", 31, 7, "c")]
+    out = assert_follows(line_of_three(routing), subs, profiles, {"alice": "a", "bob": "a"})
+    made = [(m["subscriber"], m["profile_id"], m["site"]) for m in out.matches[:-1]]
+    assert made == [("bob", "p", "a"), ("alice", "p", "c"), ("alice", "q", "c")]
+    links = out.stats()["links"]
+    assert links["a->b"]["interest_messages"] >= 2  # hers, then his when hers left
+    assert links["b->a"]["profiles_forwarded"] == 1  # p, not q
