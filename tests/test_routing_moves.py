@@ -421,3 +421,65 @@ def test_the_moves_example_follows_the_ferry_and_the_commuter():
     homes = {"maria": "centre", "harbour-ops": "harbour", "island-pier": "island"}
     net = parse_network((folder / "net.toml").read_text())
     assert_follows(net, subs, profiles, homes)
+
+
+def test_asks_and_handovers_read_twice_are_answered_and_taken_once():
+    """A site that restarts may send its asks and handovers again: the same messages."""
+    from matcher.routing import wire
+    from matcher.routing.site import Site
+
+    net = line_of_three()
+    records = items_of(
+        [sub("s1", 0, "x > 1", "a"), move(20, "a", "b", subscriber="alice")],
+        [pub("p", 5, 2, "a")],
+    )
+    from matcher.records import decode
+    from matcher.routing.moves import decode_move, move_key
+    from matcher.routing.order import record_key
+
+    sites = {n: Site(n, net) for n in net.names}
+    inputs: dict[str, list] = {n: [] for n in net.names}
+    for n, item in enumerate(records):
+        obj = json.loads(item.raw)
+        if obj["op"] == "move":
+            rec = decode_move(item.kind, obj, item.source, None)
+            key = move_key(rec.ts, item.kind, item.source.position)
+        else:
+            rec = decode(item.kind, item.raw, item.source)
+            key = record_key(rec.ts, item.kind, item.source.position)
+        inputs[obj["site"]].append((key, rec, n))
+    for n in net.names:
+        sites[n].read(sorted(inputs[n], key=lambda r: r[0]), float("inf"))
+    for _ in range(6):  # every site runs; each delivery arrives twice
+        for name, site in sites.items():
+            for (dst, plane), (messages, wm) in site.run().items():
+                again = [wire.decode(wire.encode(m)) for m in messages]
+                sites[dst].deliver(name, plane, again, wm)
+                sites[dst].deliver(name, plane, again, wm)
+    assert [e["event"] for _, e in sites["a"].matcher.markers] == []  # (not matched yet)
+    for site in sites.values():
+        site.matcher.finish(BASE + 20)
+    assert [e for _, e in sites["a"].matcher.markers] == [
+        {"event": "moved", "subscriber": "alice", "to": "b", "ts": BASE + 20}
+    ]
+    assert not sites["b"].local.refused and not sites["a"].local.refused
+    assert "s1" in sites["b"].matcher.spaces["A"].subs
+
+
+@pytest.mark.parametrize("routing", ["covering", "merging"])
+def test_the_filters_a_moved_one_covered_are_sent_again(routing):
+    """At a, alice's wide filter covers bob's narrow one, so only hers went toward c.
+    She moves to c: bob's goes out now, and c's profile in it reaches him; c's
+    profile only she wants does not go to a any more."""
+    subs = [
+        sub("wide", 0, "x > 0", "a"),
+        sub("narrow", 0, "x BETWEEN 1 AND 2", "a", subscriber="bob"),
+        move(20, "a", "c", subscriber="alice"),
+    ]
+    profiles = [pub("p", 30, 1.5, "c"), pub("q", 31, 7, "c")]
+    out = assert_follows(line_of_three(routing), subs, profiles, {"alice": "a", "bob": "a"})
+    made = [(m["subscriber"], m["profile_id"], m["site"]) for m in out.matches[:-1]]
+    assert made == [("bob", "p", "a"), ("alice", "p", "c"), ("alice", "q", "c")]
+    links = out.stats()["links"]
+    assert links["a->b"]["interest_messages"] >= 2  # hers, then his when hers left
+    assert links["b->a"]["profiles_forwarded"] == 1  # p, not q

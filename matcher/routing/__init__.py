@@ -12,7 +12,8 @@ Modules, from the bottom up:
 | `interest` | the strategies: what a site tells a neighbour it wants; `Eligible` (adverts) |
 | `adverts` | advertisements: records, a site's own, which profiles they admit |
 | `forwarding` | which profiles go over a link: interest, catch-up, what the neighbour holds |
-| `local` | a site's own records as the keyed items its parts take |
+| `moves` | a client's `move` (§5): its record, asks, handovers; a site's own input stage |
+| `local` | a site's own records as the keyed items its parts take; what a move hands over |
 | `site` | a site: its matcher and, per neighbour, the advert, interest and profile ports |
 | `offline` | every site in one process, with seeded link delays (`tsm replay --network`) |
 | `replay` | raw records in, every site's match records out in one matcher's order; §6 counts |

@@ -261,15 +261,20 @@ class LocalStage:
         self.wm = NEVER  # every item with a ts below it is taken
         self.waiting: Key | None = None  # the move it stops at
         self.taken: list[Key] = []  # the moves to this site taken, for the caller to time
+        self._seen: set[Key] = set()  # asks had, moves taken (a message read twice, after a
+        # restart, is the same message: it is answered and taken once)
 
     def own(self, key: Key, record: Any, handle: Any) -> None:
         self._push(key, "own", record, handle)
 
     def ask(self, ask: Ask) -> None:
-        self._push(ask.key, "ask", ask, None)
+        if ask.key not in self._seen:
+            self._seen.add(ask.key)
+            self._push(ask.key, "ask", ask, None)
 
     def arrive(self, handover: Handover) -> None:
-        self._handovers[handover.key] = handover
+        if handover.key not in self._seen:
+            self._handovers[handover.key] = handover
 
     def _push(self, key: Key, what: str, item: Any, handle: Any) -> None:
         heapq.heappush(self._heap, (key, self._n, what, item, handle))
@@ -291,6 +296,7 @@ class LocalStage:
                     break
                 heapq.heappop(heap)
                 local.hand_in(key, item, handover, handle)
+                self._seen.add(key)
                 self.taken.append(key)
             else:
                 heapq.heappop(heap)
