@@ -79,6 +79,18 @@ def table(rows: list[dict]) -> str:
     return "\n".join(out)
 
 
+def merged(results: list[dict]) -> dict:
+    """Several runs' results as one (their rows in order, their commands a line
+    each): workloads run apart, in parallel, on a machine too small for one."""
+    first = results[0]
+    return {
+        **first,
+        "command": "\n".join(r["command"] for r in results),
+        "seconds": round(sum(r["seconds"] for r in results), 1),
+        "rows": [row for r in results for row in r["rows"]],
+    }
+
+
 def write(result: dict, json_path: Path) -> None:
     """JSON at `json_path`; plots and README.md next to it."""
     out_dir = json_path.parent
@@ -312,8 +324,9 @@ def _readme(result: dict, json_path: Path, plots: list[str]) -> str:
         "# Matcher benchmark",
         "",
         "The DoubleForest (`matcher.double_forest`) against a numpy brute-force scan,",
-        "Siena's filters poset and an R-tree, on the same entries (one per conjunction",
-        "of each subscription's predicate) and profiles. Throughputs are per query",
+        "an R-tree and Siena's filters poset (the contenders a run names), on the same",
+        "entries (one per conjunction of each subscription's predicate) and profiles.",
+        "Throughputs are per query",
         "(the forest matches micro-batches of profiles at once, the others loop); the",
         "ratio is against brute force at the same size. Every contender's answers were",
         "checked against brute force in the same run (before and after deletions).",
@@ -337,9 +350,9 @@ def _readme(result: dict, json_path: Path, plots: list[str]) -> str:
         "`µs/match` the time per profile divided by the mean answer (constant where a",
         "lookup costs what its answer costs).",
         "",
-        "Reproduce (from the repository root):",
+        "Reproduce (from the repository root; one line a run):",
         "",
-        f"    {result['command']}",
+        *[f"    {command}" for command in result["command"].split("\n")],
         "",
         f"Seed {result['seed']}, {result['seconds']} s, Python {result['machine']['python']}"
         f" on {result['machine']['platform']}. Raw numbers: `{json_path.name}`.",

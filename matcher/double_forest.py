@@ -373,9 +373,11 @@ class DoubleForest:
             out = self._grouped_forest(profiles, query_lo, query_hi, None, slot_map)
             routed.note(time.thread_time() - started, n)
             return out
-        found = np.take(self.entry_slot, routed.entries)
+        # (one map from entry to what the caller keeps: a gather per answer, not two)
+        entry_map = self.entry_slot[: self.n_entries]
         if slot_map is not None:
-            found = np.take(slot_map, found.astype(np.intp, copy=False))
+            entry_map = np.take(slot_map, entry_map.astype(np.intp))
+        found = np.take(entry_map, routed.entries.astype(np.intp))
         out = [found[:0]] * n
         cut = np.r_[0, np.cumsum(routed.counts)].tolist()
         for query, a, b in zip(routed.answered.tolist(), cut, cut[1:], strict=False):
@@ -482,6 +484,7 @@ class DoubleForest:
                 profile_hi,
                 config.attributes,
                 forest.exact[nodes],
+                (live, SubscriptionCells.MEMBER_BYTES, config.budget_bytes),
             )
             pre.use(grid, live)
         return pre.cells

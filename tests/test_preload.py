@@ -630,3 +630,31 @@ def test_a_snapshot_carries_no_cells():
         after = loaded.match_profiles_grouped(profiles, intervals)
         assert [sorted(a.tolist()) for a in after] == [sorted(b.tolist()) for b in before]
         assert len(preloader.peek(loaded).cells)
+
+
+def test_cells_widen_until_every_region_fits_the_budget():
+    """With a budget too small for every cell at the chosen width, the grid's
+    cells widen until all of them, filled, fit it: the held profiles' regions
+    are then all filled within the budget, and answer nearly every profile."""
+    from matcher.preload import settings as preload_settings
+
+    with layouts.preload(True, budget_bytes=300_000):
+        df, _, profiles = _tracking_like(3000)
+        for i, profile in enumerate(profiles):
+            df.add_profile(i, profile, 0, OPEN)
+        df.settle()
+        cells = preloader.peek(df).cells
+        assert cells.nbytes <= preload_settings.current().budget_bytes
+        df.match_profiles(profiles, [(0, OPEN)] * len(profiles))
+        assert df.preload_counts()["profiles_from_cells"] > 0.9 * len(profiles)
+    with layouts.preload(True):
+        wide = preloader.peek(_settled(_tracking_like(3000), profiles)).cells.grid.width
+    assert (cells.grid.width > wide).all()
+
+
+def _settled(built: tuple, profiles: list[Profile]) -> DoubleForest:
+    df = built[0]
+    for i, profile in enumerate(profiles):
+        df.add_profile(i, profile, 0, OPEN)
+    df.settle()
+    return df

@@ -32,6 +32,9 @@ MAX_CELLS = 1 << 14  # ... unless the profiles' spread then needs more cells tha
 MAX_CANDIDATE_SHARE = 0.3  # a grid whose cell meets more of the entries is not worth it
 SORTED_SHARE = 0.5  # ... nor one where fewer entries than this constrain only its
 # columns and one value of another (the others are tested in full)
+FIT_SHARE = 0.75  # every cell filled holds at most this share of the budget ...
+WIDEN = 1.25  # ... cells widened by this factor a step until it does
+WIDEN_STEPS = 16
 
 
 @dataclass(frozen=True, eq=False)
@@ -79,6 +82,7 @@ def choose(
     profile_hi: Bounds,
     named: tuple[str, ...] = (),
     exact: np.ndarray | None = None,
+    fit: tuple[int, int, int] | None = None,
 ) -> Grid | None:
     """The grid for subscription boxes `node_lo/hi` (a sample of the forest's
     nodes, each weighing its entries, `exact` where a box is only a necessary
@@ -88,7 +92,9 @@ def choose(
     groups (most constrain more than the grid's columns and one value of
     another: each would be tested in full, as a scan does). The `named`
     attributes come first where subscriptions constrain them. O(columns ×
-    sample)."""
+    sample). With `fit` = (live entries, bytes a member takes, budget bytes),
+    cells are widened until all of them, filled, would hold about half the
+    budget at most (`_members`), so that every region fits, not the hottest only."""
     if not len(weights) or not profile_lo.shape[1]:
         return None
     options = []
@@ -109,7 +115,36 @@ def choose(
     cells = float(np.prod(np.ceil(extent / width)))
     if cells > MAX_CELLS:
         width = width * (cells / MAX_CELLS) ** (1 / len(width))
+    if fit is not None:
+        entries, member_bytes, budget = fit
+        boxes = (node_lo[columns], node_hi[columns], weights)
+        for _ in range(WIDEN_STEPS):
+            members = _members(*boxes, origin, extent, width, margin) * entries
+            if members * member_bytes <= FIT_SHARE * budget:
+                break
+            width = width * WIDEN
     return Grid(columns.astype(np.int64), origin, width, margin)
+
+
+def _members(
+    node_lo: Bounds,
+    node_hi: Bounds,
+    weights: np.ndarray,
+    origin: np.ndarray,
+    extent: np.ndarray,
+    width: np.ndarray,
+    margin: np.ndarray,
+) -> float:
+    """The members per entry that every cell of a grid, filled, would hold: the
+    weighted mean over the sampled boxes of the product, over the grid's
+    columns, of the cells each box's range meets. O(columns × sample)."""
+    count = np.ones(node_lo.shape[1])
+    for c in range(len(width)):
+        low, high = origin[c], origin[c] + extent[c]
+        spread = np.clip(node_hi[c], low, high) - np.clip(node_lo[c], low, high)
+        cells = np.ceil(extent[c] / width[c])
+        count *= np.minimum(cells, (spread + width[c] + 2 * margin[c]) / width[c])
+    return float(np.average(count, weights=weights))
 
 
 def _column(

@@ -80,6 +80,9 @@ class SubscriptionCells:
     `log_base` on, each with its box on the grid columns.
     """
 
+    # a member's bytes in the pool, with its share of a region's room to grow
+    MEMBER_BYTES = sum(np.dtype(t).itemsize for t in FIELDS.values()) * 9 // 8
+
     def __init__(self, grid: Grid) -> None:
         self.grid = grid
         k = len(grid.columns)
