@@ -95,6 +95,7 @@ def wait_for_batches(job: JobProcess, count: int, timeout: float = 300) -> None:
 # -- SIGINT and SIGTERM ------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_sigint_and_sigterm_stop_between_batches(bootstrap, new_topic, backlog, tmp_path):
     """Ctrl-C (SIGINT to the process group) and SIGTERM (to the process) end the job
     between micro-batches with status 0; the restarts go on from the checkpoint and,
