@@ -95,6 +95,7 @@ def wait_for_batches(job: JobProcess, count: int, timeout: float = 300) -> None:
 # -- SIGINT and SIGTERM ------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_sigint_and_sigterm_stop_between_batches(bootstrap, new_topic, backlog, tmp_path):
     """Ctrl-C (SIGINT to the process group) and SIGTERM (to the process) end the job
     between micro-batches with status 0; the restarts go on from the checkpoint and,
@@ -138,62 +139,6 @@ def test_a_signal_while_the_job_starts_stops_it(bootstrap, new_topic, backlog, t
     assert_no_failure(job.log())
     assert job.batches() == []
     assert read_topic(bootstrap, topics.matches) == []
-
-
-# -- twenty SIGKILLs ------------------------------------------------------------------------
-
-
-KILLS = 20
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("mode", ["at-least-once", "exactly-once"])
-def test_twenty_kills_lose_nothing(bootstrap, new_topic, backlog, tmp_path, mode):
-    """The job (driver, JVM, Python workers) SIGKILLed at 20 random points of one
-    backlog read in batches of 100, each time restarted from its checkpoint: after
-    duplicates are dropped the matches equal replay's; exactly once, a read_committed
-    reader sees no duplicate at all.
-
-    Every other kill falls in the start (the JVM's, the session's, the query's, the
-    first batch's planning and Python workers), the others in the two batches after
-    the first one a run finishes (reading, state, writing, commit)."""
-    topics = backlog.topics(new_topic)
-    config = write_config(tmp_path / "tsm.toml", topics, max_records_per_trigger=100)
-    flags = ["--available-now"] + (["--exactly-once"] if mode == "exactly-once" else [])
-    checkpoint, rng = tmp_path / "ck", random.Random(31)
-    began = time.monotonic()
-    job = JobProcess(bootstrap, config, checkpoint, *flags, log_path=tmp_path / "run-0.log")
-    wait_for_batches(job, 1)
-    startup = time.monotonic() - job.started  # (to the first batch's end)
-    wait_for_batches(job, 2)
-    batch = time.monotonic() - job.started - startup
-    for kill in range(KILLS):
-        if kill:
-            log = tmp_path / f"run-{kill}.log"
-            job = JobProcess(bootstrap, config, checkpoint, *flags, log_path=log)
-            if kill % 2:
-                wait_for_batches(job, 1)
-                time.sleep(rng.uniform(0, 2 * batch))
-            else:
-                time.sleep(rng.uniform(0, startup))
-        assert job.running(), f"the job ended before kill {kill + 1}:\n{job.log()}"
-        job.kill()
-    final = JobProcess(bootstrap, config, checkpoint, *flags, log_path=tmp_path / "final.log")
-    assert final.wait(600) == 0, final.log()
-    first = batches_done(final)[0]
-    assert first > 10, final.log()  # (the kills were spread over the backlog)
-    print(
-        f"{mode}: {KILLS} kills and restarts in {time.monotonic() - began:.0f}s, the last "
-        f"run from batch {first} (start {startup:.1f}s, batch {batch:.1f}s)"
-    )
-    values = read_topic(bootstrap, topics.matches)
-    assert_equals_replay(drop_duplicates(values), backlog.expected)
-    if mode == "exactly-once":
-        committed = read_topic(bootstrap, topics.matches, read_committed=True)
-        ids = match_ids(committed)
-        assert len(set(ids)) == len(ids), f"{len(ids) - len(set(ids))} duplicates committed"
-        assert_equals_replay(committed, backlog.expected)
-    assert read_topic(bootstrap, topics.deadletter) == []
 
 
 # -- the broker killed and restarted -----------------------------------------------------
@@ -434,3 +379,59 @@ def test_hostile_bytes_on_kafka(bootstrap, new_topic, tmp_path):
     alone, _ = replay(good_subs, good_profiles, tmp_path / "replay")
     assert sum(alone.values()) > 100
     assert_equals_replay(matches, alone)
+
+
+# -- twenty SIGKILLs ------------------------------------------------------------------------
+
+
+KILLS = 20
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["at-least-once", "exactly-once"])
+def test_twenty_kills_lose_nothing(bootstrap, new_topic, backlog, tmp_path, mode):
+    """The job (driver, JVM, Python workers) SIGKILLed at 20 random points of one
+    backlog read in batches of 100, each time restarted from its checkpoint: after
+    duplicates are dropped the matches equal replay's; exactly once, a read_committed
+    reader sees no duplicate at all.
+
+    Every other kill falls in the start (the JVM's, the session's, the query's, the
+    first batch's planning and Python workers), the others in the two batches after
+    the first one a run finishes (reading, state, writing, commit)."""
+    topics = backlog.topics(new_topic)
+    config = write_config(tmp_path / "tsm.toml", topics, max_records_per_trigger=100)
+    flags = ["--available-now"] + (["--exactly-once"] if mode == "exactly-once" else [])
+    checkpoint, rng = tmp_path / "ck", random.Random(31)
+    began = time.monotonic()
+    job = JobProcess(bootstrap, config, checkpoint, *flags, log_path=tmp_path / "run-0.log")
+    wait_for_batches(job, 1)
+    startup = time.monotonic() - job.started  # (to the first batch's end)
+    wait_for_batches(job, 2)
+    batch = time.monotonic() - job.started - startup
+    for kill in range(KILLS):
+        if kill:
+            log = tmp_path / f"run-{kill}.log"
+            job = JobProcess(bootstrap, config, checkpoint, *flags, log_path=log)
+            if kill % 2:
+                wait_for_batches(job, 1)
+                time.sleep(rng.uniform(0, 2 * batch))
+            else:
+                time.sleep(rng.uniform(0, startup))
+        assert job.running(), f"the job ended before kill {kill + 1}:\n{job.log()}"
+        job.kill()
+    final = JobProcess(bootstrap, config, checkpoint, *flags, log_path=tmp_path / "final.log")
+    assert final.wait(600) == 0, final.log()
+    first = batches_done(final)[0]
+    assert first > 10, final.log()  # (the kills were spread over the backlog)
+    print(
+        f"{mode}: {KILLS} kills and restarts in {time.monotonic() - began:.0f}s, the last "
+        f"run from batch {first} (start {startup:.1f}s, batch {batch:.1f}s)"
+    )
+    values = read_topic(bootstrap, topics.matches)
+    assert_equals_replay(drop_duplicates(values), backlog.expected)
+    if mode == "exactly-once":
+        committed = read_topic(bootstrap, topics.matches, read_committed=True)
+        ids = match_ids(committed)
+        assert len(set(ids)) == len(ids), f"{len(ids) - len(set(ids))} duplicates committed"
+        assert_equals_replay(committed, backlog.expected)
+    assert read_topic(bootstrap, topics.deadletter) == []
