@@ -33,7 +33,15 @@ from matcher.routing.network import parse_network
 from streaming.network_site import KafkaRow, SiteJob, control_start, control_tick
 from streaming.network_topics import site_topics
 from tests import oracle
-from tests.test_routing_equivalence import ROUTINGS, churn, generated, qualified, trees
+from tests.test_routing_equivalence import (
+    ROUTINGS,
+    admitted,
+    adverts,
+    churn,
+    generated,
+    qualified,
+    trees,
+)
 
 # half the routing property's examples: each runs every site's step many times
 PROPS = settings(
@@ -165,23 +173,31 @@ def with_bootstraps(toml: str, names: list[str]) -> str:
 @given(st.data(), trees(), ROUTINGS, st.integers(0, 2**16))
 def test_streaming_sites_equal_one_matcher(data, tree, routing, seed):
     order, links = tree
-    subs, profiles = data.draw(churn(order) if data.draw(st.booleans()) else generated(order))
+    churned = data.draw(st.booleans())
+    subs, profiles = data.draw(churn(order) if churned else generated(order))
     # ids unique across sites (a streaming site cannot know another site's ids)
     records = qualified([("subscription", r) for r in subs] + [("profile", r) for r in profiles])
     subs = [r for kind, r in records if kind == "subscription"]
     profiles = [r for kind, r in records if kind == "profile"]
-    net = parse_network(with_bootstraps(network_toml(list(order), links, *routing), order))
+    with_adverts = data.draw(st.booleans())
+    toml = network_toml(list(order), links, *routing, advertisements=with_adverts)
+    net = parse_network(with_bootstraps(toml, order))
+    sent = profiles
+    if with_adverts:  # the one matcher gets what each site admits
+        sent = profiles + data.draw(adverts(order, churned))
+        keep = admitted(list(enumerate(sent)))
+        profiles = [r for i, r in enumerate(sent) if i in keep or r["op"] == "retract"]
     live_until = None
     if data.draw(st.booleans()):  # a live run: the sites' clocks pass every record
         # (past every finite end too: where the clocks stop then changes nothing)
-        ends = [r.get("valid_to") for r in subs + profiles]
-        times = [r["ts"] for r in subs + profiles] + [t for t in ends if t is not None]
+        ends = [r.get("valid_to") for r in subs + sent]
+        times = [r["ts"] for r in subs + sent] + [t for t in ends if t is not None]
         live_until = max(map(oracle.to_ms, times)) + data.draw(st.sampled_from((1, 10, 10**6)))
-    got, interest = run_network(net, subs, profiles, random.Random(seed), live_until)
+    got, interest = run_network(net, subs, sent, random.Random(seed), live_until)
     expected = one_matcher(subs, profiles, live_until)
     assert len(set(expected)) == len(expected)
     assert sorted(set(got)) == sorted(expected)
-    if live_until is None:
+    if live_until is None and not with_adverts:
         # (flooding: every profile is wanted; imperfect merging: a little more)
         exact = routing[0] not in ("flooding", "merging") or routing[1] == "perfect"
         check_producers_interest(interest, subs, profiles, exact=exact)
