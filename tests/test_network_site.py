@@ -25,14 +25,23 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from benchmarks.placement import network_toml
+from connectors.quench import Interest
 from matcher.engine import Engine, Input
 from matcher.events import encode
-from matcher.records import Source
+from matcher.records import Source, decode
 from matcher.routing.network import parse_network
 from streaming.network_site import KafkaRow, SiteJob, control_start, control_tick
 from streaming.network_topics import site_topics
 from tests import oracle
-from tests.test_routing_equivalence import ROUTINGS, churn, generated, qualified, trees
+from tests.test_routing_equivalence import (
+    ROUTINGS,
+    admitted,
+    adverts,
+    churn,
+    generated,
+    qualified,
+    trees,
+)
 
 # half the routing property's examples: each runs every site's step many times
 PROPS = settings(
@@ -51,8 +60,9 @@ class Topic:
 
 def run_network(
     net, subs: list[dict], profiles: list[dict], rng: random.Random, live_until: int | None = None
-) -> list[bytes]:
-    """Every site's job over its records; the match records they wrote. A run over
+) -> tuple[list[bytes], dict[str, list]]:
+    """Every site's job over its records; the match records they wrote, and each
+    site's interest topic. A run over
     what the topics hold (`control_start` with the end offsets), or with
     `live_until`, a live run: no ends, and once a site has read its records, clock
     ticks from `live_until` on, `idle_ms` apart, move its watermark past it."""
@@ -122,7 +132,7 @@ def run_network(
         write(jobs[name].step(rows), topics, topic, name, matches, None)
     assert all(finished(job) for job in jobs.values()), {n: j.report() for n, j in jobs.items()}
     assert all(not job.pending for job in jobs.values())
-    return matches
+    return matches, {name: topic(name, t.interest).records for name, t in topics.items()}
 
 
 def write(out, topics, topic, name, matches, rng) -> None:
@@ -132,6 +142,7 @@ def write(out, topics, topic, name, matches, rng) -> None:
         return records[: rng.randint(0, len(records))] if rng else records
 
     matches += [value for _, value in part(out.matches)]
+    topic(name, topics[name].interest).records.extend(part(out.interest))
     for neighbour, records in out.links.items():
         link = topics[name].outbound[neighbour][1]
         topic(neighbour, link).records.extend(part(records))
@@ -162,19 +173,57 @@ def with_bootstraps(toml: str, names: list[str]) -> str:
 @given(st.data(), trees(), ROUTINGS, st.integers(0, 2**16))
 def test_streaming_sites_equal_one_matcher(data, tree, routing, seed):
     order, links = tree
-    subs, profiles = data.draw(churn(order) if data.draw(st.booleans()) else generated(order))
+    churned = data.draw(st.booleans())
+    subs, profiles = data.draw(churn(order) if churned else generated(order))
     # ids unique across sites (a streaming site cannot know another site's ids)
     records = qualified([("subscription", r) for r in subs] + [("profile", r) for r in profiles])
     subs = [r for kind, r in records if kind == "subscription"]
     profiles = [r for kind, r in records if kind == "profile"]
-    net = parse_network(with_bootstraps(network_toml(list(order), links, *routing), order))
+    with_adverts = data.draw(st.booleans())
+    toml = network_toml(list(order), links, *routing, advertisements=with_adverts)
+    net = parse_network(with_bootstraps(toml, order))
+    sent = profiles
+    if with_adverts:  # the one matcher gets what each site admits
+        sent = profiles + data.draw(adverts(order, churned))
+        keep = admitted(list(enumerate(sent)))
+        profiles = [r for i, r in enumerate(sent) if i in keep or r["op"] == "retract"]
     live_until = None
     if data.draw(st.booleans()):  # a live run: the sites' clocks pass every record
         # (past every finite end too: where the clocks stop then changes nothing)
-        ends = [r.get("valid_to") for r in subs + profiles]
-        times = [r["ts"] for r in subs + profiles] + [t for t in ends if t is not None]
+        ends = [r.get("valid_to") for r in subs + sent]
+        times = [r["ts"] for r in subs + sent] + [t for t in ends if t is not None]
         live_until = max(map(oracle.to_ms, times)) + data.draw(st.sampled_from((1, 10, 10**6)))
-    got = run_network(net, subs, profiles, random.Random(seed), live_until)
+    got, interest = run_network(net, subs, sent, random.Random(seed), live_until)
     expected = one_matcher(subs, profiles, live_until)
     assert len(set(expected)) == len(expected)
     assert sorted(set(got)) == sorted(expected)
+    if live_until is None and not with_adverts:
+        # (flooding: every profile is wanted; imperfect merging: a little more)
+        exact = routing[0] not in ("flooding", "merging") or routing[1] == "perfect"
+        check_producers_interest(interest, subs, profiles, exact=exact)
+
+
+def check_producers_interest(interest, subs, profiles, *, exact: bool) -> None:
+    """At the end, every site's interest topic (what quenching producers read) wants
+    a profile when a live subscription anywhere overlaps it (exactly when, unless
+    imperfect merging widened a filter on the way)."""
+    live = {}
+    for rec in sorted(subs, key=lambda r: oracle.to_ms(r["ts"])):
+        key = (rec["space"], rec["id"])
+        live.pop(key, None)
+        if rec["op"] == "subscribe" and rec.get("valid_to") is None:
+            live[key] = (rec["space"], oracle.dnf_of(rec))
+    for name, records in interest.items():
+        table = Interest()
+        for key, value in records:
+            table.apply(key, value)
+        for i, rec in enumerate(profiles):
+            if rec["op"] != "publish":
+                continue
+            pub = decode("profile", json.dumps(rec), Source(file="p", line=i))
+            attrs = {n: oracle.profile_value(v) for n, v in rec["attrs"].items()}
+            wanted = any(
+                space == rec["space"] and any(oracle.overlaps(conj, attrs) for conj in dnf)
+                for space, dnf in live.values()
+            )
+            assert table.wants(pub) == wanted or (not exact and table.wants(pub)), (name, rec)
