@@ -311,8 +311,10 @@ class Delivery:
         taken: list[str] = []
         if eligible:
             policy = subs[min(eligible)].record.options
-            if len(kept) < policy.k:
-                waiting = eligible - kept
+            waiting = eligible - kept
+            if not left and len(waiting) <= policy.k - len(kept):
+                taken = sorted(waiting)  # (all of them: no order to find, no one replaced)
+            elif len(kept) < policy.k:
                 served = {sid: self.served.get((group, sid), 0) for sid in waiting}
                 order = ranked(
                     policy,
