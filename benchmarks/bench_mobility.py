@@ -40,6 +40,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from benchmarks.bench_routing import _items
 from benchmarks.placement import TOPOLOGIES, network_toml, topology
 
 DEFAULT_RESULTS = Path("bench-results/mobility")
@@ -117,19 +118,6 @@ def naive(subs: list[dict], moves: list[dict], gap: int) -> list[dict]:
             )
             out.append(s | {"ts": m["ts"] + gap, "site": m["site"]})
     return out
-
-
-def _items(subs: list[dict], profiles: list[dict]) -> list[Any]:
-    from matcher.engine import Input
-    from matcher.records import Source
-
-    return [
-        Input("subscription", json.dumps(r), Source(file="subscriptions", line=i))
-        for i, r in enumerate(subs, start=1)
-    ] + [
-        Input("profile", json.dumps(r), Source(file="profiles", line=i))
-        for i, r in enumerate(profiles, start=1)
-    ]
 
 
 def one_matcher(subs: list[dict], profiles: list[dict], until: int) -> list[dict]:
