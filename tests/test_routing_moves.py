@@ -483,3 +483,29 @@ def test_the_filters_a_moved_one_covered_are_sent_again(routing):
     links = out.stats()["links"]
     assert links["a->b"]["interest_messages"] >= 2  # hers, then his when hers left
     assert links["b->a"]["profiles_forwarded"] == 1  # p, not q
+
+
+def test_a_clients_records_at_the_site_it_left_are_dead_letters():
+    """From the move on, the client's records go to its new site; one sent to the old
+    site is refused there (it would make records after her `moved`, which a reader
+    following her never reads), until the client moves back."""
+    subs = [
+        sub("s1", 0, "x > 1", "a"),
+        move(20, "a", "c", subscriber="alice"),
+        sub("s2", 25, "x > 3", "a"),  # at the old site: refused
+        move(40, "c", "a", subscriber="alice"),
+        sub("s3", 45, "x > 4", "a"),  # back there: fine
+    ]
+    profiles = [
+        pub("ferry", 5, 2, "a"),
+        move(20, "a", "c", id="ferry", space="A"),
+        pub("ferry", 30, 5, "a"),  # at the old site: refused
+        {"op": "retract", "id": "ferry", "space": "A", "ts": BASE + 31, "site": "a"},  # too
+    ]
+    out = replay_network(line_of_three(), items_of(subs, profiles))
+    reasons = {(d["source"]["file"], d["source"]["line"]): d["reason"] for d in out.dead_letters}
+    assert set(reasons) == {("subs", 3), ("profiles", 3), ("profiles", 4)}
+    assert "moved from site 'a' to site 'c' at ts" in reasons["subs", 3]
+    assert "profile 'ferry'" in reasons["profiles", 3]
+    kept = [r for i, r in enumerate(subs, 1) if i != 3]
+    assert_follows(line_of_three(), kept, profiles[:2], {"alice": "a"})

@@ -66,6 +66,7 @@ class LocalSource:
         self._profiles: dict[tuple[str, str], tuple[int, Publish]] = {}
         self._by_subscriber: dict[str, set[tuple[str, str]]] = {}  # -> (space, id) held
         self._moved: dict[tuple[str, str, str], int] = {}  # client -> ts it last moved here or away
+        self._left: dict[tuple[str, str, str], tuple[str, int]] = {}  # client -> (site, ts)
         self._adverts: dict[str, LocalAdverts] = {}
         self._version = 0
         self.accepted: list[tuple[str, Key]] = []  # (space, key) of each record let through
@@ -75,6 +76,10 @@ class LocalSource:
         filters) plus O(log timers) (and O(advertisements) to admit a publish);
         invariant: `out` stays in key order."""
         self.release(key)
+        gone = self._gone(record)
+        if gone is not None:
+            self.refused.append((handle, gone))
+            return
         if isinstance(record, Subscribe | Unsubscribe | Retract):
             self.accepted.append((record.space, key))
         if isinstance(record, Subscribe):
@@ -197,6 +202,29 @@ class LocalSource:
 
     # -- moves (ROUTING §5, `moves`) ------------------------------------------
 
+    def _gone(self, record: Any) -> str | None:
+        """Why a record of a client that moved away from this site is refused, if it is
+        one: from the move on, the client's records go to its new site."""
+        if not self._left:
+            return None
+        if isinstance(record, Subscribe):
+            client, who = (
+                ("subscription", "", record.subscriber),
+                f"subscriber {record.subscriber!r}",
+            )
+        elif isinstance(record, Publish | Retract):
+            client = ("profile", record.space, record.id)
+            who = f"profile {record.id!r} in space {record.space!r}"
+        else:
+            return None
+        left = self._left.get(client)
+        if left is None:
+            return None
+        return (
+            f"{who} moved from site {self.site!r} to site {left[0]!r} at ts {left[1]}: "
+            f"publish its records at {left[0]!r} (or move it back here first)"
+        )
+
     def hand_out(self, key: Key, ask: Ask) -> Handover:
         """The answer to a move away from this site at `key`: the client's live records,
         taken out of this source (a subscriber's `Marker` and her filters' removal,
@@ -240,6 +268,7 @@ class LocalSource:
             self._end_profile(key, ask.space, ask.client)
             self.out.append((key, ("pub", ProfileMoved(held_pub[1], self.site, ask.target))))
         self._moved[client] = key.ts
+        self._left[client] = (ask.target, key.ts)
         return Handover(
             ask.kind,
             ask.client,
@@ -257,6 +286,7 @@ class LocalSource:
             self.refused.append((handle, handover.refused))
             return
         self._moved[move.client_key] = key.ts
+        self._left.pop(move.client_key, None)
         records = [from_state(text) for text in handover.records]
         if move.kind == "subscription":
             for rec in records:

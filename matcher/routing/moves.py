@@ -276,6 +276,11 @@ class LocalStage:
         if handover.key not in self._seen:
             self._handovers[handover.key] = handover
 
+    @property
+    def pending(self) -> int:
+        """Items not taken yet (none once every input has ended)."""
+        return len(self._heap)
+
     def _push(self, key: Key, what: str, item: Any, handle: Any) -> None:
         heapq.heappush(self._heap, (key, self._n, what, item, handle))
         self._n += 1

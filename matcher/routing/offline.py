@@ -196,6 +196,9 @@ class OfflineNetwork:
         moves = [k.ts for recs in inputs.values() for k, rec, _ in recs if isinstance(rec, Move)]
         end_ts = max([site.local.max_ts for site in sites.values()] + moves)
         for site in sites.values():
+            if site.stage.pending:  # (a handover that never came: a bug, not a result)
+                raise RuntimeError(f"site {site.name}: {site.stage.pending} records never taken")
+        for site in sites.values():
             site.matcher.finish(end_ts)
             for n, (entries, peak) in site.table_entries().items():
                 links[site.name, n].table_entries = entries

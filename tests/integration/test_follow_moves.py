@@ -14,6 +14,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from connectors.admin import create_topics
 from connectors.config import confluent_config
 from matcher.events import encode
@@ -23,6 +25,7 @@ from tests.test_replay import EXAMPLES
 from tests.test_routing_moves import items_of, one_matcher
 
 FOLDER = EXAMPLES / "network" / "moves"
+pytestmark = pytest.mark.integration
 
 
 def test_following_the_commuter_across_three_sites_gives_one_matchers_records(bootstrap, tmp_path):
