@@ -98,7 +98,7 @@ def write(result: dict, json_path: Path) -> None:
     clean = json.loads(json.dumps(result, default=str), parse_constant=lambda _: None)
     json_path.write_text(json.dumps(clean, indent=1) + "\n", encoding="utf-8")
     plots = _plots(result["rows"], out_dir, json_path.stem)
-    plots += _constant_time_plot(result["rows"], out_dir, json_path.stem)
+    plots += constant_time_plot(result["rows"], out_dir, json_path.stem)
     update_section(out_dir / "README.md", "matcher", _readme(result, json_path, plots))
 
 
@@ -156,7 +156,7 @@ def per_answer_us(row: dict) -> float | None:
     return 1e6 / rate / answer
 
 
-def _constant_time_plot(rows: list[dict], out_dir: Path, stem: str) -> list[str]:
+def constant_time_plot(rows: list[dict], out_dir: Path, stem: str) -> list[str]:
     """Time per profile per answer entry against the number of subscriptions,
     one panel per workload (the issue's constant-time target)."""
     import matplotlib

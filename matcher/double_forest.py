@@ -564,7 +564,8 @@ class DoubleForest:
         slots[fits] = cells.slots_of(keys[fits])
         cold = np.unique(keys[fits & (slots < 0)])
         if len(cold):
-            cells.fill_hot(cold, config.fill_after, config.budget_bytes, forest, covers)
+            if cells.fill_hot(cold, config.fill_after, config.budget_bytes, forest, covers):
+                costs = None  # (a batch that fills cells measures the fill, not the cells)
             slots[fits] = cells.slots_of(keys[fits])
         inside = cells.inside(query_lo, query_hi, slots)
         which = np.flatnonzero(inside)

@@ -175,15 +175,15 @@ class SubscriptionCells:
 
     def fill_hot(
         self, keys: Ids, fill_after: float, budget: int, forest: Forest, covers: np.ndarray
-    ) -> None:
+    ) -> int:
         """Fill the cells of `keys` (distinct, not filled) visited at least
         `fill_after` times, the hottest first, and then drop the coldest cells
-        until the budget holds (new ones too, if they are the coldest). One
-        descent of the forest for all of them."""
+        until the budget holds (new ones too, if they are the coldest); returns
+        how many were filled. One descent of the forest for all of them."""
         scores = np.array([self.visits.get(k, 0.0) for k in keys.tolist()])
         hot = scores >= fill_after
         if not hot.any():
-            return
+            return 0
         keys, scores = keys[hot], scores[hot]
         order = np.argsort(-scores, kind="stable")
         if self.by_key:  # at most as many as the budget has room for, at the mean size so far
@@ -192,6 +192,7 @@ class SubscriptionCells:
             order = order[: max(room, 1)]
         self._fill(keys[order], forest, covers)
         self._within(budget)
+        return len(order)
 
     def _colder(self, score: float) -> int:
         return sum(1 for k in self.by_key if self.visits.get(k, 0.0) < score)
