@@ -147,7 +147,7 @@ def test_demo_refuses_a_data_dir_it_did_not_make(tmp_path, monkeypatch, capsys) 
 
 
 def test_demo_wipes_only_what_it_made(tmp_path) -> None:
-    from tsm_cli.demo import MARKER, claim_data_dir, wipe_data_dir
+    from tsm_cli.demo_data_dir import MARKER, claim_data_dir, wipe_data_dir
 
     new = tmp_path / "new" / "demo"
     claim_data_dir(new)  # a new directory: made and marked

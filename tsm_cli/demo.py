@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import shutil
 import signal
 import threading
 import time
@@ -29,13 +28,13 @@ from pathlib import Path
 
 from streaming.demo import DEFAULT_SPEED, SCENARIO, TRIGGER, clock
 from tsm_cli.args import CliError, add_command, verbosity
+from tsm_cli.demo_data_dir import claim_data_dir, wipe_data_dir
 from tsm_cli.logs import client_log_level, jvm_output_to, spark_log_level
 
 log = logging.getLogger(__name__)
 
 DATA_DIR = Path(".tsm/demo")
 # Written in a data directory the demo made; the demo wipes no other.
-MARKER = ".tsm-demo"
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -79,44 +78,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "broker each, routing by content; data dir .tsm/demo-network by default",
     )
     p.set_defaults(handler=_demo)
-
-
-# -- the data directory -----------------------------------------------------------------------
-
-
-def claim_data_dir(directory: Path) -> None:
-    """Make `directory` the demo's, or refuse it: one that holds anything without the
-    demo's marker is someone else's (`--data-dir .` is the working directory)."""
-    if directory.exists() and not directory.is_dir():
-        raise CliError(f"--data-dir {directory} is not a directory")
-    marked = (directory / MARKER).is_file()
-    if directory.is_dir() and not marked and any(directory.iterdir()):
-        raise CliError(
-            f"--data-dir {directory} is not empty and not one the demo made "
-            f"(no {MARKER} in it); the demo wipes its data dir: give a new or empty one"
-        )
-    try:
-        directory.mkdir(parents=True, exist_ok=True)
-        if not marked:
-            (directory / MARKER).write_text(
-                "made by `tsm demo`, which wipes this directory at each start\n"
-            )
-    except OSError as exc:
-        raise CliError(f"cannot use --data-dir {directory}: {exc.strerror}") from None
-
-
-def wipe_data_dir(directory: Path) -> None:
-    """Stop a broker a previous demo left (`--keep`) and remove all but the marker."""
-    from connectors.broker import stop_broker
-
-    stop_broker(directory / "broker")
-    for entry in directory.iterdir():
-        if entry.name == MARKER:
-            continue
-        if entry.is_dir() and not entry.is_symlink():
-            shutil.rmtree(entry)
-        else:
-            entry.unlink()
 
 
 # -- what it shows ------------------------------------------------------------------------------

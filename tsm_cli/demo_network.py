@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from tsm_cli.args import verbosity
-from tsm_cli.demo import claim_data_dir, wipe_data_dir
+from tsm_cli.demo_data_dir import claim_data_dir, wipe_data_dir
 from tsm_cli.network_replay import load_network
 
 log = logging.getLogger(__name__)
