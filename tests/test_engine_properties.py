@@ -73,12 +73,15 @@ def record(draw, base: int, spaces: tuple[str, ...], n: int) -> tuple[str, dict]
         return kind, rec | {"ts": ts}
     rec |= draw(times(ts))
     if op == "publish":
-        return kind, rec | {"attrs": draw(oracle.profile_attrs()), "payload": {"n": n}}
+        attrs = draw(oracle.profile_attrs())
+        strings = draw(selector_oracle.profiles(intervals=False, patterns=True))
+        attrs |= {a: v for a, v in strings.items() if a in ("t", "g", "d")}  # (pattern tests)
+        return kind, rec | {"attrs": attrs, "payload": {"n": n}}
     fields = draw(oracle.subscription_fields(draw(oracle.predicates())))
     if draw(st.booleans()):  # a JMS selector of any form, from a tree the oracle evaluates
         fields.pop("filter", None)
         fields["where"] = selector_oracle.render(
-            draw(selector_oracle.selectors(3)), draw(st.randoms())
+            draw(selector_oracle.selectors(3, patterns=True)), draw(st.randoms())
         )
     return kind, rec | fields
 

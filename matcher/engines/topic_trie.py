@@ -82,24 +82,32 @@ class TopicTrie:
 
     def matches(self, value: Any) -> list[int]:
         """The ids of the filters that match a topic name (a string; [] for
-        any other value). O(nodes visited + answers)."""
+        any other value). O(nodes visited + answers): the nodes are walked a
+        level at a time, the literal child and the `+` child of each."""
         if not isinstance(value, str) or not self.filters:
             return []
         names = value.split("/")
-        n = len(names)
         out: list[int] = []
-        system = names[0].startswith("$")  # no wildcard in the first level matches it
-        stack = [(self.root, 0)]
-        while stack:
-            node, depth = stack.pop()
-            if node.rest and not (system and depth == 0):
-                out.extend(node.rest)
-            if depth == n:
-                out.extend(node.ends)
-                continue
-            child = node.children.get(names[depth])
-            if child is not None:
-                stack.append((child, depth + 1))
-            if node.plus is not None and not (system and depth == 0):
-                stack.append((node.plus, depth + 1))
+        root = self.root
+        frontier = [root]
+        if names[0][:1] == "$":  # no wildcard in the first level matches a system topic
+            child = root.children.get(names[0])
+            frontier = [child] if child is not None else []
+            names = names[1:]
+        for name in names:
+            below = []
+            for node in frontier:
+                if node.rest:
+                    out += node.rest
+                child = node.children.get(name)
+                if child is not None:
+                    below.append(child)
+                if node.plus is not None:
+                    below.append(node.plus)
+            if not below:
+                return out
+            frontier = below
+        for node in frontier:
+            out += node.rest  # (`a/#` matches `a`)
+            out += node.ends
         return out
