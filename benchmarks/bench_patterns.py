@@ -21,6 +21,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from benchmarks.pattern_baselines import BASELINES
 from benchmarks.report import RESULTS_DIR, update_section
 from benchmarks.workloads import build
@@ -66,16 +68,14 @@ class Tsm:
                 forest.add_subscription(key, predicate_of(parse_where(where)), False, 0, 1)
         self.forest = forest
 
-    def match_all(self, profiles: list[Profile]) -> list[list[int]]:
-        out: list[list[int]] = []
-        handles = self.forest.subs.handles
+    def match_all(self, profiles: list[Profile]) -> list[np.ndarray]:
+        """Each profile's subscription keys: an array, as the engine reads them
+        (`SpaceMatcher` maps slots to its records; a loop's list is its own form)."""
+        out: list[np.ndarray] = []
+        keys = np.array(self.forest.subs.handles)
         for at in range(0, len(profiles), self.batch):
             batch = profiles[at : at + self.batch]
-            queries, slots = self.forest.match_profiles(batch, [(0, 1)] * len(batch))
-            found: list[list[int]] = [[] for _ in batch]
-            for q, s in zip(queries.tolist(), slots.tolist(), strict=True):
-                found[q].append(handles[s])
-            out += found
+            out += self.forest.match_profiles_grouped(batch, [(0, 1)] * len(batch), keys)
         return out
 
 
@@ -141,7 +141,7 @@ def _passes(
             else:
                 got, seconds = _timed(lambda a=answer, k=limit: a(k))
             for i, (mine, theirs) in enumerate(zip(got, want, strict=False)):
-                if sorted(mine) != sorted(theirs):
+                if sorted(_listed(mine)) != sorted(_listed(theirs)):
                     raise AssertionError(
                         f"{kind} {n}: {contender.name} answers event {i} with "
                         f"{len(mine)} subscriptions, tsm with {len(theirs)}"
@@ -167,6 +167,10 @@ def _passes(
             f"({row['vs_loop']}x the loop, {count} events)"
         )
     return rows
+
+
+def _listed(keys: list[int] | np.ndarray) -> list[int]:
+    return keys.tolist() if isinstance(keys, np.ndarray) else keys
 
 
 def _loop(contender: Any, events: list[dict]) -> list[list[int]]:
