@@ -202,8 +202,13 @@ def document(value: str) -> Any:
 
 
 def xpath_true(pattern: str, root: Any) -> bool:
-    """XPath 1.0's boolean() of the expression's value on a parsed document."""
-    result = xpath(pattern)(root)
+    """XPath 1.0's boolean() of the expression's value on a parsed document
+    (False where running it fails: a pattern checked when it arrived runs on
+    any document, but a failure must never stop the matcher)."""
+    try:
+        result = xpath(pattern)(root)
+    except etree.XPathError:
+        return False
     if isinstance(result, list):
         return bool(result)
     if isinstance(result, float):
