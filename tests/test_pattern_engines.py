@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import math
@@ -16,6 +17,7 @@ from hypothesis import strategies as st
 from matcher.constraints import predicate_of
 from matcher.double_forest import DoubleForest
 from matcher.engine import SpaceMatcher
+from matcher.engines import gated
 from matcher.engines.pattern_index import ENGINES
 from matcher.engines.patterns import topic_covers, topic_levels
 from matcher.engines.regex_set import BASE, RegexSet
@@ -142,6 +144,15 @@ def test_point_profiles_as_the_definitions_say(tree, rnd, attrs):
     assert any(c.covers(profile) for c in filters) == expected, text
 
 
+@contextlib.contextmanager
+def _few(few: int):
+    before, gated.FEW = gated.FEW, few
+    try:
+        yield
+    finally:
+        gated.FEW = before
+
+
 def _compiled(text: str) -> list | None:
     try:
         return predicate_of(parse_where(text))
@@ -184,8 +195,10 @@ def test_the_forest_finds_what_the_oracle_holds(subscriptions, profiles, drop):
     want = {
         (q, s) for q, v in enumerate(values) for s, (t, _, c) in enumerate(held) if holds(t, c, v)
     }
-    qi, slots = forest.match_profiles(points, [(0, 1)] * len(points))
-    assert {(int(q), forest.subs.handles[s]) for q, s in zip(qi, slots, strict=True)} == want
+    for few in (0, 100):  # the vector path, and the one for few profiles and rests
+        with _few(few):
+            qi, slots = forest.match_profiles(points, [(0, 1)] * len(points))
+        assert {(int(q), forest.subs.handles[s]) for q, s in zip(qi, slots, strict=True)} == want
     grouped = forest.match_profiles_grouped(points, [(0, 1)] * len(points))
     assert {(q, forest.subs.handles[s]) for q, g in enumerate(grouped) for s in g} == want
     qi, slots = forest.match_subscriptions([(f, c, 0, 1) for _, f, c in held])

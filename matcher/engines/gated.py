@@ -26,6 +26,11 @@ from matcher.forest.list_store import grown, run_positions
 from matcher.profiles import Profile
 
 _NONE = -1
+_NO_PAIRS = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), np.zeros(0, dtype=bool))
+# At most this many profiles and rests, a batch is matched step by step in
+# Python: a forest descent and the vector join cost about 150 us whatever the
+# batch, a rest's own test a few.
+FEW = 8
 
 
 class GatedFilters:
@@ -127,6 +132,8 @@ class GatedFilters:
         engine; then O(tests that hold + pairs) in vector operations (× log
         pairs reached where there are several rests), and a Python step per
         entry of several tests under the tests that hold."""
+        if len(profiles) <= FEW and len(self.rests) <= FEW:
+            return self._match_few(profiles)
         forest = self.forest
         boxes = [self.dims.profile_box(p, grow=False) for p in profiles]
         query_lo, query_hi = self.dims.matrix(boxes, PROFILE_FILL)
@@ -174,6 +181,42 @@ class GatedFilters:
             by_key = dict(zip(keys, covers.tolist(), strict=True))
             out = self._with_several(out, reaching, matched, by_key)
         return out
+
+    def _match_few(self, profiles: list[Profile]) -> tuple[Ids, Ids, Mask]:
+        """`match` for a few profiles and rests: each rest tested on each
+        profile, then the same engine passes, and the entries of the tests
+        that hold read one by one."""
+        first, count, entries = self._by_test()
+        gate_of, several, need_covers = self.gate_of, self.several, self.covers_entries > 0
+        found: list[tuple[int, int, bool]] = []
+        for query, profile in enumerate(profiles):
+            reached = {
+                gate: need_covers and rest.covers(profile)
+                for gate, rest in self.rests.items()
+                if rest.overlaps(profile)
+            }
+            if not reached:
+                continue
+            ids = self.index.matched(profile.attrs)
+            for ident in ids:
+                at = int(first[ident])
+                for entry in entries[at : at + int(count[ident])].tolist():
+                    cover = reached.get(int(gate_of[entry]))
+                    if cover is not None:
+                        found.append((query, entry, cover))
+                for entry in several.get(ident, ()):
+                    gate, tests, _ = self.held[entry]
+                    cover = reached.get(gate)
+                    if cover is not None and set(ids).issuperset(tests):
+                        found.append((query, entry, cover))
+        if not found:
+            return _NO_PAIRS
+        queries, pairs, covers = zip(*found, strict=True)
+        return (
+            np.array(queries, dtype=np.int64),
+            np.array(pairs, dtype=np.int64),
+            np.array(covers, dtype=bool),
+        )
 
     def _with_several(
         self,
