@@ -27,9 +27,9 @@ from matcher.profiles import Profile
 
 _NONE = -1
 _NO_PAIRS = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), np.zeros(0, dtype=bool))
-# At most this many profiles and rests, a batch is matched step by step in
-# Python: a forest descent and the vector join cost about 150 us whatever the
-# batch, a rest's own test a few.
+# At most this many profiles and rests, each rest is tested on each profile
+# in Python: a forest descent costs about 100 us whatever the batch, a rest's
+# own test a few.
 FEW = 8
 
 
@@ -128,26 +128,15 @@ class GatedFilters:
         """Every (profile index, entry) pair whose filter overlaps the profile,
         with whether its rest also covers it (a pattern test holds on a point:
         it covers where it overlaps), grouped by profile. One descent of the
-        rests' forest; for each profile that reached a gate one pass of each
-        engine; then O(tests that hold + pairs) in vector operations (× log
-        pairs reached where there are several rests), and a Python step per
-        entry of several tests under the tests that hold."""
+        rests' forest (or, for a few profiles and rests, each rest's own
+        test); for each profile that reached a gate one pass of each engine;
+        then O(tests that hold + pairs) in vector operations (× log pairs
+        reached where there are several rests), and a Python step per entry of
+        several tests under the tests that hold."""
         if len(profiles) <= FEW and len(self.rests) <= FEW:
-            return self._match_few(profiles)
-        forest = self.forest
-        boxes = [self.dims.profile_box(p, grow=False) for p in profiles]
-        query_lo, query_hi = self.dims.matrix(boxes, PROFILE_FILL)
-
-        def exact(query: int, node: int) -> tuple[bool, bool]:
-            rest = forest.keys[node]
-            return rest.overlaps(profiles[query]), rest.covers(profiles[query])
-
-        forest.need_covers = self.covers_entries > 0
-        no_exact = np.zeros(len(profiles), dtype=bool)  # (a profile's box says it all)
-        queries, nodes, covers = forest.descend(
-            query_lo, query_hi, no_exact, exact, queries_are_filters=False
-        )
-        _, gates = forest.entries.gather_counts(nodes, values=True)  # (one gate a node)
+            queries, gates, covers = self._reached_few(profiles)
+        else:
+            queries, gates, covers = self._reached(profiles)
         # The tests that hold, profile by profile (each engine answers an id once).
         reaching = np.unique(queries).tolist()
         found: list[int] = []
@@ -182,39 +171,40 @@ class GatedFilters:
             out = self._with_several(out, reaching, matched, by_key)
         return out
 
-    def _match_few(self, profiles: list[Profile]) -> tuple[Ids, Ids, Mask]:
-        """`match` for a few profiles and rests: each rest tested on each
-        profile, then the same engine passes, and the entries of the tests
-        that hold read one by one."""
-        first, count, entries = self._by_test()
-        gate_of, several, need_covers = self.gate_of, self.several, self.covers_entries > 0
-        found: list[tuple[int, int, bool]] = []
-        for query, profile in enumerate(profiles):
-            reached = {
-                gate: need_covers and rest.covers(profile)
-                for gate, rest in self.rests.items()
-                if rest.overlaps(profile)
-            }
-            if not reached:
-                continue
-            ids = self.index.matched(profile.attrs)
-            for ident in ids:
-                at = int(first[ident])
-                for entry in entries[at : at + int(count[ident])].tolist():
-                    cover = reached.get(int(gate_of[entry]))
-                    if cover is not None:
-                        found.append((query, entry, cover))
-                for entry in several.get(ident, ()):
-                    gate, tests, _ = self.held[entry]
-                    cover = reached.get(gate)
-                    if cover is not None and set(ids).issuperset(tests):
-                        found.append((query, entry, cover))
+    def _reached(self, profiles: list[Profile]) -> tuple[Ids, Ids, Mask]:
+        """(profile index, gate, covers) of every rest a profile overlaps: one
+        descent of the rests' forest."""
+        forest = self.forest
+        boxes = [self.dims.profile_box(p, grow=False) for p in profiles]
+        query_lo, query_hi = self.dims.matrix(boxes, PROFILE_FILL)
+
+        def exact(query: int, node: int) -> tuple[bool, bool]:
+            rest = forest.keys[node]
+            return rest.overlaps(profiles[query]), rest.covers(profiles[query])
+
+        forest.need_covers = self.covers_entries > 0
+        no_exact = np.zeros(len(profiles), dtype=bool)  # (a profile's box says it all)
+        queries, nodes, covers = forest.descend(
+            query_lo, query_hi, no_exact, exact, queries_are_filters=False
+        )
+        _, gates = forest.entries.gather_counts(nodes, values=True)  # (one gate a node)
+        return queries, gates, covers
+
+    def _reached_few(self, profiles: list[Profile]) -> tuple[Ids, Ids, Mask]:
+        """`_reached` by each rest's own test on each profile."""
+        need_covers = self.covers_entries > 0
+        found = [
+            (query, gate, need_covers and rest.covers(profile))
+            for query, profile in enumerate(profiles)
+            for gate, rest in self.rests.items()
+            if rest.overlaps(profile)
+        ]
         if not found:
             return _NO_PAIRS
-        queries, pairs, covers = zip(*found, strict=True)
+        queries, gates, covers = zip(*found, strict=True)
         return (
             np.array(queries, dtype=np.int64),
-            np.array(pairs, dtype=np.int64),
+            np.array(gates, dtype=np.int64),
             np.array(covers, dtype=bool),
         )
 
