@@ -23,6 +23,7 @@ from connectors.broker import EmbeddedBroker
 from connectors.config import Topics
 from connectors.produce import produce_lines
 from tests.integration.job_harness import (
+    T0,
     JobProcess,
     assert_equals_replay,
     assert_no_failure,
@@ -291,15 +292,15 @@ def mutated(rng: random.Random, line: bytes) -> bytes:
 
 
 def produce_records(bootstrap: str, topic: str, records: list[tuple]) -> None:
-    """Each `(value, key, headers)` as given: null values and keys, any bytes,
-    values up to 8 MB (the producer's limit raised for them)."""
+    """Each `(value, key, headers, timestamp)` as given: null values and keys, any
+    bytes, values up to 8 MB (the producer's limit raised for them)."""
     from connectors.config import confluent_config
     from connectors.producer import Producer
 
     config = confluent_config(bootstrap, required={"message.max.bytes": 8_000_000})
     with Producer(config) as producer:
-        for value, key, headers in records:
-            producer.produce(topic, value, key, headers=headers)
+        for value, key, headers, stamp in records:
+            producer.produce(topic, value, key, headers=headers, timestamp_ms=stamp)
 
 
 @pytest.mark.slow
@@ -307,7 +308,13 @@ def test_hostile_bytes_on_kafka(bootstrap, new_topic, tmp_path):
     """10,000 mutated records, null values and keys, tombstones, bytes that are not
     UTF-8, a 5 MB value and headers, mixed into a good stream: each bad record is one
     dead letter with its reason and its Kafka position, the good ones are matched as
-    `tsm replay` matches them alone, and the job runs to the end in one go."""
+    `tsm replay` matches them alone, and the job runs to the end in one go.
+
+    Every record is stamped (Kafka CreateTime) at the time of the good record it
+    was made from, as a producer that writes as events happen would stamp it: a
+    refused record with no readable `ts` (`{}`, a `ts` key cut by a bad byte) is
+    placed in time by its Kafka timestamp (`matcher.watermark.event_time`), and
+    a stamp of today among records of 2023 would move the watermark to today."""
     from matcher.admission import Input
     from matcher.encoding import encode
     from matcher.engine import Engine
@@ -319,32 +326,34 @@ def test_hostile_bytes_on_kafka(bootstrap, new_topic, tmp_path):
     headers = [("trace", b"\x00\xff\xfe"), ("empty", None), ("", b""), ("trace", b"again")]
     streams: dict[str, list[tuple]] = {}  # topic → (value, key, headers, bad)
     for topic, good in ((topics.subscriptions, good_subs), (topics.profiles, good_profiles)):
-        records = [(line, None, None, False) for line in good]
+        records = [(line, None, None, json.loads(line)["ts"], False) for line in good]
         for _ in range(5000):
-            bad = mutated(rng, rng.choice(good))
+            origin = rng.choice(good)
+            bad = mutated(rng, origin)
             key = rng.choice([None, b"a", b"\xff\x00", bad[:8]])
             at = rng.randrange(len(records) + 1)
-            records.insert(at, (bad, key, rng.choice([None, headers]), True))
+            stamp = json.loads(origin)["ts"]
+            records.insert(at, (bad, key, rng.choice([None, headers]), stamp, True))
         for at in rng.sample(range(len(records)), 50):  # good ones with headers and odd keys
-            value, _key, _headers, bad = records[at]
-            records[at] = (value, rng.choice([b"\xff\xfe", b""]), headers, bad)
+            value, _key, _headers, stamp, bad = records[at]
+            records[at] = (value, rng.choice([b"\xff\xfe", b""]), headers, stamp, bad)
         streams[topic] = records
     big = json.loads(good_profiles[0]) | {"id": "big", "payload": "x" * 5_000_000}
     specials = [
-        (None, None, None, True),  # a null value
-        (None, b"b", None, True),  # a tombstone
-        (None, b"\xff", headers, True),
-        (b"\xff\xfe\xfd not utf-8 at all", None, None, True),
-        (json.dumps(big).encode(), b"a", headers, True),  # 5 MB, over the 1 MiB limit
+        (None, None, None, T0, True),  # a null value
+        (None, b"b", None, T0, True),  # a tombstone
+        (None, b"\xff", headers, T0, True),
+        (b"\xff\xfe\xfd not utf-8 at all", None, None, T0, True),
+        (json.dumps(big).encode(), b"a", headers, T0, True),  # 5 MB, over the 1 MiB limit
     ]
     for special in specials:
         records = streams[topics.profiles]
         records.insert(rng.randrange(len(records) + 1), special)
     for topic, records in streams.items():
-        produce_records(bootstrap, topic, [(v, k, h) for v, k, h, _bad in records])
-        assert read_topic(bootstrap, topic) == [v for v, _k, _h, _bad in records]
+        produce_records(bootstrap, topic, [r[:4] for r in records])
+        assert read_topic(bootstrap, topic) == [r[0] for r in records]
     bad_positions = {
-        (topic, at) for topic, records in streams.items() for at, r in enumerate(records) if r[3]
+        (topic, at) for topic, records in streams.items() for at, r in enumerate(records) if r[4]
     }
     assert len(bad_positions) == 10_000 + len(specials)
 
@@ -368,9 +377,9 @@ def test_hostile_bytes_on_kafka(bootstrap, new_topic, tmp_path):
     # (a null value read as empty, as the source hands it on).
     kinds = {topics.subscriptions: "subscription", topics.profiles: "profile"}
     inputs = [
-        Input(kinds[topic], value or b"", Source(topic, 0, at))
+        Input(kinds[topic], value or b"", Source(topic, 0, at), stamp)
         for topic, records in streams.items()
-        for at, (value, _key, _headers, _bad) in enumerate(records)
+        for at, (value, _key, _headers, stamp, _bad) in enumerate(records)
     ]
     reference = Engine().process_batch(inputs)
     assert Counter(dead) == Counter(encode(o.value) for o in reference if o.topic == "deadletter")
