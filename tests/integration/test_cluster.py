@@ -143,9 +143,14 @@ class ClusterRun:
             self.process.wait()
 
 
-def rest(ui: str, path: str) -> list | dict:
-    with urllib.request.urlopen(f"{ui}/api/v1/{path}", timeout=10) as answer:
-        return json.load(answer)
+def rest(ui: str, path: str) -> list | dict | None:
+    """The driver's REST API answer, or None if it does not answer within 30 s (a busy
+    machine: ask again)."""
+    try:
+        with urllib.request.urlopen(f"{ui}/api/v1/{path}", timeout=30) as answer:
+            return json.load(answer)
+    except (OSError, ValueError):
+        return None
 
 
 def busy_executor(run: ClusterRun, after_batches: int, timeout: float = 300) -> tuple[str, str]:
@@ -155,9 +160,10 @@ def busy_executor(run: ClusterRun, after_batches: int, timeout: float = 300) -> 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         assert run.process.poll() is None, f"the job ended first:\n{run.tail()}"
-        if len(run.batches()) >= after_batches:
-            (app,) = rest(ui, "applications")
-            for executor in rest(ui, f"applications/{app['id']}/executors"):
+        apps = rest(ui, "applications") if len(run.batches()) >= after_batches else None
+        if apps:
+            (app,) = apps
+            for executor in rest(ui, f"applications/{app['id']}/executors") or ():
                 if executor["id"] != "driver" and executor["activeTasks"] > 0:
                     return app["id"], executor["id"]
         time.sleep(0.2)
