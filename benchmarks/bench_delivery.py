@@ -144,12 +144,16 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--json", type=Path)
+    parser.add_argument(
+        "--sizes", type=lambda t: tuple(map(int, t.split(","))), help="group sizes, e.g. 10,100"
+    )
     args = parser.parse_args(argv)
     if args.quick:
-        result = {"throughput": throughput(10_000, 2_000, (10, 100, 1000), 1)}
+        result = {"throughput": throughput(10_000, 2_000, args.sizes or (10, 100, 1000), 1)}
         result["flaps"] = flaps(100, 3_000)
     else:
-        result = {"throughput": throughput(100_000, 5_000, (10, 100, 1000, 10_000), 1)}
+        sizes = args.sizes or (10, 100, 1000, 10_000)
+        result = {"throughput": throughput(100_000, 5_000, sizes, 1)}
         result["flaps"] = flaps(400, 30_000)
     if args.json:
         args.json.write_text(json.dumps(result, indent=1) + "\n")

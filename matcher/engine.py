@@ -379,18 +379,20 @@ class SpaceMatcher:
         options = rec.options
         if options is None or options.group is None or not self.groups:
             return None
-        for member in sorted(self.groups.get(options.group, ())):
+        # (the held members agree with each other: any one of them speaks for all)
+        for member in self.groups.get(options.group, ()):
             if member == rec.id:
                 continue
             theirs = self.subs[member].record.options
-            if theirs.policy != options.policy:
-                mode, k, near = theirs.policy
-                named = f", near on {list(near)}" if near else ""
-                return (
-                    f"delivery disagrees with group {options.group!r}: its member "
-                    f"{member!r} has mode {mode}, k {k}{named}; every member of a group "
-                    "must agree (or name another group)"
-                )
+            if theirs.policy == options.policy:
+                return None
+            mode, k, near = theirs.policy
+            named = f", near on {list(near)}" if near else ""
+            return (
+                f"delivery disagrees with group {options.group!r}, whose members have "
+                f"mode {mode}, k {k}{named}: every member of a group must agree (or name "
+                "another group)"
+            )
         return None
 
     def _first_cell(self) -> bool:
