@@ -196,8 +196,13 @@ def test_broker_killed_and_restarted_under_the_job(tmp_path):
             broker = kill_broker(broker, job)  # in a batch
             wait_until(lambda: rows_read(job) >= 1200, job)
             broker = kill_broker(broker, job)  # while the job waits for input
+            # The rest arrives while the job is frozen, so that it finds both topics
+            # filled: were it to read the subscriptions alone, the watermark would
+            # pass the profiles still to come and they would be late (SEMANTICS §3).
+            frozen = job.freeze()
             produce_lines(broker.bootstrap, topics.subscriptions, subs[600:])
             produce_lines(broker.bootstrap, topics.profiles, profiles[600:])
+            job.thaw(frozen)
             wait_until(lambda: rows_read(job) >= 2000, job)
             # and the watermark at the last record's time: its timers fired (idle_ms)
             last = max(json.loads(line)["ts"] for line in subs + profiles)
