@@ -20,6 +20,7 @@ from importlib.resources import files
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from connectors.background import start_logged
 from connectors.config import confluent_config
 from connectors.errors import BrokerError
 
@@ -152,22 +153,8 @@ def spawn(port: int, data_dir: Path, *, detach: bool) -> subprocess.Popen:
         raise BrokerError(f"port {port} is already in use; pick another with --port")
     command = [str(noida_binary()), "start", "--only", "kafka", "--kafka-port", str(port)]
     command += ["--data-dir", str(data_dir)]
-    try:
-        data_dir.mkdir(parents=True, exist_ok=True)
-        log = open(data_dir / LOG_FILE, "wb")  # this run's log only
-    except OSError as exc:
-        raise BrokerError(f"cannot use data dir {data_dir}: {exc.strerror}") from None
-    with log:
-        try:
-            return subprocess.Popen(
-                command,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=detach,
-            )
-        except OSError as exc:
-            raise BrokerError(f"cannot run {command[0]}: {exc}") from exc
+    # (the log holds this run's output only)
+    return start_logged(command, data_dir / LOG_FILE, BrokerError, detach=detach)
 
 
 def start_broker(

@@ -23,11 +23,12 @@ Two ways to decide a comparison on a profile live here:
 from __future__ import annotations
 
 import math
-import struct
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+from matcher.float_order import double_at, rank
 
 MAX = sys.float_info.max
 INF = math.inf
@@ -163,18 +164,7 @@ def _run(steps: list[tuple[str, float]], x: float) -> float:
     return x
 
 
-def _order(x: float) -> int:
-    """Doubles as integers in the same order, neighbours one apart (-0.0 is 0.0)."""
-    bits = struct.unpack("<q", struct.pack("<d", x))[0]
-    return bits if bits >= 0 else -(bits & 0x7FFF_FFFF_FFFF_FFFF)
-
-
-def _double(n: int) -> float:
-    bits = n if n >= 0 else (-n) | -0x8000_0000_0000_0000
-    return struct.unpack("<d", struct.pack("<q", bits))[0]
-
-
-_LOWEST, _HIGHEST = _order(-MAX), _order(MAX)
+_LOWEST, _HIGHEST = rank(-MAX), rank(MAX)
 
 
 def _first(
@@ -184,14 +174,14 @@ def _first(
     true along the doubles; None if none does. From a `guess`, the search first
     gallops out to bracket the answer: a few steps where the guess is a few
     doubles off (the usual rounding); 64 more at most where it is far off."""
-    if lo > hi or not test(_double(hi)):
+    if lo > hi or not test(double_at(hi)):
         return None
     if guess is not None and math.isfinite(guess):
-        at, step = min(max(_order(guess), lo), hi), 1
-        if test(_double(at)):
+        at, step = min(max(rank(guess), lo), hi), 1
+        if test(double_at(at)):
             hi = at
             while at - step >= lo and step < _GALLOP:
-                if not test(_double(at - step)):
+                if not test(double_at(at - step)):
                     lo = at - step + 1
                     break
                 at -= step
@@ -199,14 +189,14 @@ def _first(
         else:
             lo = at + 1
             while at + step < hi and step < _GALLOP:
-                if test(_double(at + step)):
+                if test(double_at(at + step)):
                     hi = at + step
                     break
                 at += step
                 lo, step = at + 1, step * 2
     while lo < hi:
         mid = (lo + hi) // 2
-        if test(_double(mid)):
+        if test(double_at(mid)):
             hi = mid
         else:
             lo = mid + 1
@@ -284,7 +274,7 @@ def solve(expr: Expr, op: str, bound: float) -> list[tuple[float, float]]:
         "=": [(ge, gt - 1)],
         "!=": [(lo, ge - 1), (gt, hi)] if ge < gt else [(lo, hi)],  # (nothing equals bound)
     }[op]
-    return [(_double(a), _double(b)) for a, b in spans if a <= b]
+    return [(double_at(a), double_at(b)) for a, b in spans if a <= b]
 
 
 # -- values on a profile, for residual tests --------------------------------------------

@@ -32,6 +32,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from connectors.background import start_logged
+
 if TYPE_CHECKING:  # (imported where used: `tsm --help` does not need it)
     import psutil
 
@@ -133,24 +135,15 @@ def _spawn(data_dir: Path, log_name: str, args: list[str], *, detach: bool) -> s
     `logs/<log_name>`."""
     command = [str(spark_home() / "bin" / "spark-class"), *args]
     log_path = data_dir / "logs" / log_name
-    try:
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        log = open(log_path, "ab")
-    except OSError as exc:
-        raise ClusterError(f"cannot use data dir {data_dir}: {exc.strerror}") from None
-    with log:
-        try:
-            return subprocess.Popen(
-                command,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=_environment(data_dir),
-                cwd=data_dir,
-                start_new_session=detach,
-            )
-        except OSError as exc:
-            raise ClusterError(f"cannot run {command[0]}: {exc}") from exc
+    return start_logged(
+        command,
+        log_path,
+        ClusterError,
+        detach=detach,
+        append=True,
+        env=_environment(data_dir),
+        cwd=data_dir,
+    )
 
 
 def _started(pid: int) -> float:

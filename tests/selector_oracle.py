@@ -33,10 +33,10 @@ import functools
 import itertools
 import math
 import re
-import struct
 import sys
 from typing import Any
 
+from matcher.float_order import double_at, rank
 from tests import pattern_oracle
 
 MAX = sys.float_info.max
@@ -326,16 +326,6 @@ def classify(test: tuple) -> tuple[str, Any]:
 # -- intervals: one attribute's tests together, through witness points ----------------------
 
 
-def _order(x: float) -> int:
-    bits = struct.unpack("<q", struct.pack("<d", x))[0]
-    return bits if bits >= 0 else -(bits & 0x7FFF_FFFF_FFFF_FFFF)
-
-
-def _double(n: int) -> float:
-    bits = n if n >= 0 else (-n) | -0x8000_0000_0000_0000
-    return struct.unpack("<d", struct.pack("<q", bits))[0]
-
-
 def _ieee(expr: tuple, x: float) -> float:
     """A folded monotone expression at attribute value x, infinities kept."""
     tag = expr[0]
@@ -355,10 +345,10 @@ def _change(test, lo: float, hi: float) -> int | None:
     first = test(lo)
     if test(hi) == first:
         return None
-    a, b = _order(lo), _order(hi)
+    a, b = rank(lo), rank(hi)
     while a < b:
         mid = (a + b) // 2
-        if test(_double(mid)) != first:
+        if test(double_at(mid)) != first:
             b = mid
         else:
             a = mid + 1
@@ -387,7 +377,7 @@ def change_points(test: tuple, lo: float, hi: float) -> set[float]:
         ):
             n = _change(threshold, lo, hi)
             if n is not None:
-                out |= {_double(n), _double(n - 1)}
+                out |= {double_at(n), double_at(n - 1)}
     return {x for x in out if lo <= x <= hi}
 
 
