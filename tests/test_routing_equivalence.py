@@ -333,6 +333,27 @@ def test_a_version_left_behind_is_taken_back_before_a_subscriber_meets_it(routin
     assert out.stats()["links"]["a->b"]["catch_ups"] == 1
 
 
+@pytest.mark.parametrize("routing", ["simple", "covering"])
+def test_a_version_left_behind_ends_before_the_next_one_passes_on(routing):
+    """b holds p's first version (stale: its interest left, and a replaced it by one
+    nobody there wanted, which expired). A later version that c wants passes b: it
+    is `new-profile` there, as at one matcher, not `changed` from the stale one."""
+    links = 'links = [["a", "b"], ["b", "c"]]\n[sites.a]\n[sites.b]\n[sites.c]\n'
+    net = parse_network(f'routing = "{routing}"\n{links}')
+    subs = [
+        sub("s1", 0, "x > 0"),
+        {"op": "unsubscribe", "id": "s1", "space": "A", "ts": 5, "site": "b"},
+        sub("s2", 20, "x < 0", site="c"),
+    ]
+    profiles = [
+        pub("p", 1, 1, valid_to=100),
+        pub("p", 6, 9, valid_to=10),
+        pub("p", 30, -1, valid_to=100),
+    ]
+    _, expected = assert_equivalent(net, subs, profiles)
+    assert [(m["subscription_id"], m["reason"]) for m in expected][-1] == ("s2", "new-profile")
+
+
 def test_an_unsubscribe_that_uncovers_filters_sends_them():
     subs = [
         sub("wide", 0, "x BETWEEN 0 AND 10"),

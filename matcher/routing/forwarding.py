@@ -29,8 +29,10 @@ this site holds none any more (it expired here first), retracted: the
 subscription that asked must not meet it. A publish sent to a neighbour that
 holds no version of its id, while this site holds one it replaces, is preceded
 by that one (it makes no pair there, or it would have gone over when it
-came): the pairs are then `changed`, not `new-profile`, as at one matcher. A
-retract goes over if the neighbour holds the id. Nothing is sent back to the
+came): the pairs are then `changed`, not `new-profile`, as at one matcher; one
+sent to a neighbour that holds a stale version, while this site holds none
+valid (it expired here), is preceded by a retract of that one, for the same
+reason. A retract goes over if the neighbour holds the id. Nothing is sent back to the
 side it came from (the caller gives only other sides' profiles). With
 `flooding`, everything goes.
 
@@ -165,6 +167,11 @@ class Forwarder:
                 if theirs is None and before is not None:
                     self._sent(before)
                     out.append((before, key._replace(seq=CATCH_UP)))
+                elif theirs is not None and before is None:
+                    # (a stale version that outlived the current one here: it ends there
+                    # first, or the publish would be `changed`, not `new-profile`)
+                    self._forget(rec.id)
+                    out.append((Retract(rec.space, rec.id, now), key._replace(seq=CATCH_UP)))
                 self._sent(rec)
                 out.append((rec, key))
             elif theirs is not None:
