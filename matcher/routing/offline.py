@@ -69,6 +69,23 @@ class LinkCounts:
     def to_json(self) -> dict[str, int]:
         return dict(self.__dict__)
 
+    def sent(self, message: wire.Message, size: int) -> None:
+        """One record of `size` bytes sent on the link (not a watermark), counted."""
+        self.bytes += size
+        if isinstance(message, wire.FilterChange):
+            if message.type == "interest":
+                self.interest_messages += 1
+            else:
+                self.advert_messages += 1
+        elif isinstance(message, wire.Ask | wire.Handover):
+            self.move_messages += 1
+            if isinstance(message, wire.Handover):
+                self.handover_records += len(message.records)
+        elif isinstance(message.record, wire.Publish):
+            self.profiles_forwarded += 1
+        else:
+            self.retracts_forwarded += 1
+
 
 @dataclass
 class Result:
@@ -171,21 +188,9 @@ class OfflineNetwork:
                 for m in messages:
                     blob = wire.encode(m)
                     blobs.append(blob)
-                    counts.bytes += len(blob)
-                    if isinstance(m, wire.FilterChange):
-                        if m.type == "interest":
-                            counts.interest_messages += 1
-                        else:
-                            counts.advert_messages += 1
-                    elif isinstance(m, wire.Ask | wire.Handover):
-                        counts.move_messages += 1
-                        if isinstance(m, wire.Handover):
-                            counts.handover_records += len(m.records)
-                    elif isinstance(m.record, wire.Publish):
-                        counts.profiles_forwarded += 1
+                    counts.sent(m, len(blob))
+                    if isinstance(m, wire.ProfileForward) and isinstance(m.record, wire.Publish):
                         forwarded[direction].append(m.record)
-                    else:
-                        counts.retracts_forwarded += 1
                 counts.watermarks += 1
                 base = self.base[direction]
                 at = now + base + self._jitter.uniform(0, self.delays.jitter * base)

@@ -229,21 +229,29 @@ def ordered_markers(result: Result) -> list[dict[str, Any]]:
 
 
 def site_streams(result: Result) -> dict[str, list[dict[str, Any]]]:
-    """Each site's match and `moved` records, as its own matches topic holds them: in
-    the order the site decides them (by the key of what caused each; what its
-    matcher evicts at the end, last), a `moved` record after the records of its
-    move's key."""
-    out = {}
-    for site, events in result.events.items():
-        keyed: list[tuple[tuple, dict[str, Any]]] = []
-        for space, cause, rank, event in events:
-            place = (0, cause, 0, space) if cause is not None else (1, (), 0, space)
-            keyed.append(((*place, rank), event))
-        for key, marker in result.markers.get(site, []):
-            keyed.append(((0, key, 1, "", ()), marker))
-        keyed.sort(key=lambda pair: pair[0])
-        out[site] = [event for _, event in keyed]
-    return out
+    """Each site's match and `moved` records, as its own matches topic holds them
+    (`decided_order`)."""
+    return {
+        site: decided_order(events, result.markers.get(site, []))
+        for site, events in result.events.items()
+    }
+
+
+def decided_order(
+    events: list[tuple[str, Key | None, tuple, dict]], markers: list[tuple[Key, dict]]
+) -> list[dict[str, Any]]:
+    """A site's match records (`Matcher.events`) and `moved` records (`Matcher.markers`)
+    in the order the site decides them: by the key of what caused each (what its
+    matcher evicts at a watermark or the end, with no cause, last), a `moved`
+    record after the records of its move's key. O(n log n)."""
+    keyed: list[tuple[tuple, dict[str, Any]]] = []
+    for space, cause, rank, event in events:
+        place = (0, cause, 0, space) if cause is not None else (1, (), 0, space)
+        keyed.append(((*place, rank), event))
+    for key, marker in markers:
+        keyed.append(((0, key, 1, "", ()), marker))
+    keyed.sort(key=lambda pair: pair[0])
+    return [event for _, event in keyed]
 
 
 def _global(key: Key) -> tuple:
