@@ -41,8 +41,12 @@ class SiteReader(Protocol):
 def follow_moves(subscriber: str, start: str, reader: SiteReader) -> Iterator[dict[str, Any]]:
     """The subscriber's records, from her site `start` on, switching at each `moved`
     record to the site it names. The `moved` records themselves are not yielded.
-    Ends when the site she is at has nothing more to read."""
+    Ends when the site she is at has nothing more to read. A site's job writes at
+    least once: a `moved` record written twice is followed once (a client moves at
+    most once a millisecond), and records written twice are yielded twice, the same
+    `match_id`, for the reader to drop as duplicates."""
     cursors: dict[str, Any] = {}
+    followed: set[tuple[str, Any]] = set()  # (site, ts) of the `moved` records followed
     site = start
     while True:
         moved_to = None
@@ -50,6 +54,9 @@ def follow_moves(subscriber: str, start: str, reader: SiteReader) -> Iterator[di
             if record.get("subscriber") != subscriber:
                 continue
             if record.get("event") == "moved":
+                if (site, record.get("ts")) in followed:
+                    continue  # (written again by a batch that ran again: followed once)
+                followed.add((site, record.get("ts")))
                 cursors[site] = cursor
                 moved_to = record.get("to")
                 break

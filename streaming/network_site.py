@@ -24,12 +24,29 @@ moves its watermark to the tick's time less `idle_ms`, so that a quiet site
 holds nobody up (ROUTING §4); a record that comes later with an older ts is
 late.
 
-Out: match records (keyed by subscriber) and dead letters for the site's
-cluster; per neighbour, the link records (interest, adverts, profiles) each
-plane's ports made, then that plane's watermark, which also carries the
-largest ts its sender has heard of (`max_ts`): a site that reaches the end
-expires what it holds at the largest ts of the whole network's input, as one
-matcher does at the end of its input.
+Out: match records and `moved` markers (keyed by subscriber) and dead letters
+for the site's cluster; per neighbour, the link records (interest, adverts,
+profiles, asks and handovers) each plane made, then that plane's watermark,
+which also carries the largest ts its sender has heard of (`max_ts`): a site
+that reaches the end expires what it holds at the largest ts of the whole
+network's input (its moves' included), as one matcher does at the end of its
+input.
+
+Moves (ROUTING §5, `matcher.routing.moves`): a client's `move` record on
+either clients' topic is decoded here and keyed `(ts, MOVES, position)`; the
+routing core's `Site` asks the old site, waits at the key for the handover,
+and answers the asks that reach it. Asks and handovers travel on the link
+topics as two more planes (`ask`, with its watermark; `handover`, with
+none), written before a step's other records, so a site that has read a
+neighbour's end has read every handover sent before it. A subscriber's
+`moved` marker goes out with the batch's match records, at its place in the
+order the site decides them (`replay.decided_order`): after all it made for
+her before the move, before all it makes after she comes back, which is
+what `--follow-moves` needs. What a move leaves waiting (the move itself, an
+ask not answered yet, a profile's handover passing through) is part of the
+`Site` and so of the pickled state: a batch run again after a crash starts
+from it and sends the same asks and handovers with the same numbers, which
+the receiver applies once.
 
 Each step is a function of the state and the records read: a batch that Spark
 runs again after a crash writes the same records, with the same numbers.
@@ -47,10 +64,11 @@ from matcher.errors import RecordError
 from matcher.events import encode
 from matcher.records import Source
 from matcher.routing import wire
+from matcher.routing.moves import Move, move_key
 from matcher.routing.network import Network
 from matcher.routing.offline import LinkCounts
 from matcher.routing.order import Key, record_key
-from matcher.routing.replay import decode_site_record
+from matcher.routing.replay import decided_order, decode_site_record
 from matcher.routing.site import InterestPort, Site
 from streaming.network_topics import SiteTopics
 
@@ -62,6 +80,7 @@ PRODUCERS = "~producers"
 # The interest record that says "every profile is wanted" (with flooding, no site
 # tells its neighbours its interest, so producers cannot be told less).
 WANT_ALL = (b"*", b'{"type":"interest","all":true}')
+MOVE_PLANES = ("ask", "handover")
 
 
 class KafkaRow(NamedTuple):
@@ -208,7 +227,13 @@ class SiteJob:
             if letter is not None:
                 out.dead_letters.append((None, encode(letter)))
                 continue
-            key = record_key(record.ts, kind, (self.index, row.partition, row.offset))
+            position = (self.index, row.partition, row.offset)
+            if isinstance(record, Move):
+                key = move_key(record.ts, kind, position)
+                # (the old site evicts at a move: the end is the largest ts, moves' too)
+                self.max_ts = max(self.max_ts, record.ts)
+            else:
+                key = record_key(record.ts, kind, position)
             self.pending.append((key, record, (raw, source)))
         wm = max(start_wm, batch_wm)
         if self.ends is not None and all(
@@ -229,6 +254,12 @@ class SiteJob:
             cut += 1
         ready, self.pending = self.pending[:cut], self.pending[cut:]
         self.site.read(ready, wm)
+
+    def _run(self, out: StepOutput) -> dict[tuple[str, str], tuple[list[Any], float]]:
+        """The site's stages run; what they send each neighbour. The site's own records
+        are taken there (in key order with the asks and moves): its refusals become
+        dead letters, and what it let through counts toward the largest ts."""
+        made = self.site.run()
         local = self.site.local
         for (raw, source), reason in local.refused:
             out.dead_letters.append((None, encode(dead_letter(reason, raw, source))))
@@ -236,6 +267,7 @@ class SiteJob:
         if local.accepted:
             self.max_ts = max(self.max_ts, local.max_ts)
             local.accepted.clear()
+        return made
 
     def _read_link(self, neighbour: str, rows: list[KafkaRow]) -> None:
         last = self.applied[neighbour]
@@ -252,12 +284,15 @@ class SiteJob:
                 self.inbound_wm[neighbour][message.plane] = message.ts
                 self.site.deliver(neighbour, message.plane, [], message.ts)
             else:
-                plane = "profile" if isinstance(message, wire.ProfileForward) else message.type
-                self.site.deliver(neighbour, plane, [message], NEVER)
+                self.site.deliver(neighbour, _plane(message), [message], NEVER)
         self.applied[neighbour] = last
 
     def _write_links(self, out: StepOutput) -> None:
-        for (neighbour, plane), (messages, wm) in self.site.run().items():
+        made = self._run(out)
+        # (asks and handovers first: a neighbour that has read a plane's end has read
+        # every handover sent before it, and relayed it, before it is done)
+        planes = sorted(made.items(), key=lambda kv: kv[0][1] not in MOVE_PLANES)
+        for (neighbour, plane), (messages, wm) in planes:
             if neighbour == PRODUCERS:
                 out.interest += [interest_record(m) for m in messages]
                 continue
@@ -266,16 +301,9 @@ class SiteJob:
             for m in messages:
                 value = wire.encode(m)
                 records.append(self._numbered(neighbour, value))
-                counts.bytes += len(value)
-                if isinstance(m, wire.FilterChange):
-                    if m.type == "interest":
-                        counts.interest_messages += 1
-                    else:
-                        counts.advert_messages += 1
-                elif isinstance(m.record, wire.Publish):
-                    counts.profiles_forwarded += 1
-                else:
-                    counts.retracts_forwarded += 1
+                counts.sent(m, len(value))
+            if plane == "handover" or wm == NEVER:
+                continue  # (a handover's waiter knows it from the ask; asks may come first)
             mark = wire.Watermark(plane, wm).to_json()
             mark["max_ts"] = None if self.max_ts == NEVER else int(self.max_ts)
             value = json.dumps(mark, separators=(",", ":")).encode()
@@ -296,6 +324,10 @@ class SiteJob:
         return (str(n).encode(), value)
 
     def _match(self, out: StepOutput) -> None:
+        """The batch's match records and `moved` markers, in the order the site decides
+        them (a subscriber's `moved` after all it made for her before her move and
+        before all it makes after she comes back, as `--follow-moves` reads), then
+        what the matcher's watermark expires."""
         matcher = self.site.matcher
         matcher.match()
         matcher.decided.clear()
@@ -304,19 +336,23 @@ class SiteJob:
             for space, m in matcher.spaces.items():
                 for rank, event in m.expire_ranked(until):
                     matcher.events.append((space, None, rank, event))
-        for _, _, _, event in matcher.events:
+        for event in decided_order(matcher.events, matcher.markers):
             out.matches.append((str(event["subscriber"]).encode(), encode(event)))
         matcher.events.clear()
+        matcher.markers.clear()
 
     # -- what the progress log and `tsm net status` show --------------------------
 
     def report(self) -> dict[str, Any]:
-        """The site's watermarks and, per outbound link, the §6 counts."""
+        """The site's watermarks, the ts of a move it waits at for its handover, and,
+        per outbound link, the §6 counts."""
+        waiting = self.site.stage.waiting
         return {
             "site": self.name,
             "local_watermark": _ts(self.local_wm),
             "matcher_watermark": _ts(self.site.matcher.done),
             "pending": len(self.pending),
+            "waiting_for_handover": None if waiting is None else waiting.ts,
             "links": {f"{self.name}->{n}": _counts(c) for n, c in self.counts.items()},
             "inbound_watermarks": {
                 f"{n}->{self.name}": {p: _ts(w) for p, w in marks.items()}
@@ -324,6 +360,17 @@ class SiteJob:
             },
             "done": self.done,
         }
+
+
+def _plane(message: wire.Message) -> str:
+    """The plane a link record belongs to."""
+    if isinstance(message, wire.ProfileForward):
+        return "profile"
+    if isinstance(message, wire.Ask):
+        return "ask"
+    if isinstance(message, wire.Handover):
+        return "handover"
+    return message.type
 
 
 def _counts(counts: LinkCounts) -> dict[str, int]:

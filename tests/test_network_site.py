@@ -11,6 +11,11 @@ writing a random part of their output and run again from the state before
 apply each link record once, and the match records differ only by
 duplicates. The union of the sites' match records, without duplicates, must
 equal one matcher's (`matcher.engine.Engine`) given every site's input.
+
+With moves (ROUTING §5), the same run over `tests.test_routing_moves`'s
+clients who move while they change: each subscriber, read from the sites'
+matches topics as `--follow-moves` reads them, must see what one matcher
+that never saw a move shows her (that module's reference and comparison).
 """
 
 from __future__ import annotations
@@ -20,8 +25,9 @@ import os
 import pickle
 import random
 from collections import Counter
+from typing import NamedTuple
 
-from hypothesis import given, settings
+from hypothesis import Phase, event, given, settings
 from hypothesis import strategies as st
 
 from benchmarks.placement import network_toml
@@ -43,13 +49,18 @@ from tests.test_routing_equivalence import (
     qualified,
     trees,
 )
+from tests.test_routing_moves import advertise_everything, assert_each_follows, mobile
+from tests.test_routing_moves import one_matcher as one_matcher_without_moves
 
 # half the routing property's examples: each runs every site's step many times
 PROPS = settings(
     max_examples=max(1, int(os.environ.get("TSM_EXAMPLES", 50)) // 2),
     deadline=None,
     print_blob=True,
+    phases=[p for p in Phase if p != Phase.shrink or not os.environ.get("TSM_NO_SHRINK")],
 )
+# a quarter of the mobility property's: each runs every site's step many times
+MOVES_PROPS = settings(PROPS, max_examples=max(1, int(os.environ.get("TSM_EXAMPLES", 60)) // 4))
 
 
 class Topic:
@@ -59,14 +70,24 @@ class Topic:
         self.records: list[tuple[bytes | None, bytes]] = []
 
 
+class Written(NamedTuple):
+    """What the sites' jobs wrote to their own clusters, per site."""
+
+    matches: dict[str, list[bytes]]
+    interest: dict[str, list]
+    dead_letters: dict[str, list[bytes]]
+
+    def all_matches(self) -> list[bytes]:
+        return [value for values in self.matches.values() for value in values]
+
+
 def run_network(
     net, subs: list[dict], profiles: list[dict], rng: random.Random, live_until: int | None = None
-) -> tuple[list[bytes], dict[str, list]]:
-    """Every site's job over its records; the match records they wrote, and each
-    site's interest topic. A run over
-    what the topics hold (`control_start` with the end offsets), or with
-    `live_until`, a live run: no ends, and once a site has read its records, clock
-    ticks from `live_until` on, `idle_ms` apart, move its watermark past it."""
+) -> Written:
+    """Every site's job over its records; what they wrote. A run over what the
+    topics hold (`control_start` with the end offsets), or with `live_until`, a
+    live run: no ends, and once a site has read its records, clock ticks from
+    `live_until` on, `idle_ms` apart, move its watermark past it."""
     topics = {name: site_topics(net, name) for name in net.names}
     kafka: dict[tuple[str, str], Topic] = {}
 
@@ -98,7 +119,7 @@ def run_network(
 
     jobs = {name: SiteJob(net, name, topics[name]) for name in net.names}
     read: Counter = Counter()
-    matches: list[bytes] = []
+    written = Written({n: [] for n in net.names}, {}, {n: [] for n in net.names})
     ticks: Counter = Counter()
 
     def finished(job) -> bool:
@@ -128,21 +149,23 @@ def run_network(
         rng.shuffle(rows)  # (a batch's rows come in no particular order)
         if rng.random() < 0.2:  # a crash after part of the output was written
             doomed = pickle.loads(pickle.dumps(jobs[name])).step(rows)
-            write(doomed, topics, topic, name, matches, rng)
+            write(doomed, topics, topic, name, written, rng)
         jobs[name] = pickle.loads(pickle.dumps(jobs[name]))
-        write(jobs[name].step(rows), topics, topic, name, matches, None)
+        write(jobs[name].step(rows), topics, topic, name, written, None)
     assert all(finished(job) for job in jobs.values()), {n: j.report() for n, j in jobs.items()}
     assert all(not job.pending for job in jobs.values())
-    return matches, {name: topic(name, t.interest).records for name, t in topics.items()}
+    written.interest.update({name: topic(name, t.interest).records for name, t in topics.items()})
+    return written
 
 
-def write(out, topics, topic, name, matches, rng) -> None:
+def write(out, topics, topic, name, written: Written, rng) -> None:
     """A step's output; with `rng`, a random prefix of each of its parts (a crash)."""
 
     def part(records):
         return records[: rng.randint(0, len(records))] if rng else records
 
-    matches += [value for _, value in part(out.matches)]
+    written.matches[name].extend(value for _, value in part(out.matches))
+    written.dead_letters[name].extend(value for _, value in part(out.dead_letters))
     topic(name, topics[name].interest).records.extend(part(out.interest))
     for neighbour, records in out.links.items():
         link = topics[name].outbound[neighbour][1]
@@ -194,14 +217,14 @@ def test_streaming_sites_equal_one_matcher(data, tree, routing, seed):
         bounds = [r.get(k) for r in subs + sent for k in ("ts", "valid_from", "valid_to")]
         times = [t for t in bounds if t is not None]
         live_until = max(map(oracle.to_ms, times)) + data.draw(st.sampled_from((1, 10, 10**6)))
-    got, interest = run_network(net, subs, sent, random.Random(seed), live_until)
+    written = run_network(net, subs, sent, random.Random(seed), live_until)
     expected = one_matcher(subs, profiles, live_until)
     assert len(set(expected)) == len(expected)
-    assert sorted(set(got)) == sorted(expected)
+    assert sorted(set(written.all_matches())) == sorted(expected)
     if live_until is None and not with_adverts:
         # (flooding: every profile is wanted; imperfect merging: a little more)
         exact = routing[0] not in ("flooding", "merging") or routing[1] == "perfect"
-        check_producers_interest(interest, subs, profiles, exact=exact)
+        check_producers_interest(written.interest, subs, profiles, exact=exact)
 
 
 def check_producers_interest(interest, subs, profiles, *, exact: bool) -> None:
@@ -231,3 +254,39 @@ def check_producers_interest(interest, subs, profiles, *, exact: bool) -> None:
                 for space, dnf in live.values()
             )
             assert table.wants(pub) == wanted or (not exact and table.wants(pub)), (name, rec)
+
+
+# -- moves (ROUTING §5) ------------------------------------------------------------
+
+
+@MOVES_PROPS
+@given(st.data(), trees(), ROUTINGS, st.integers(0, 2**16))
+def test_a_subscriber_following_moves_across_streaming_sites_sees_one_matcher(
+    data, tree, routing, seed
+):
+    """`tests.test_routing_moves`'s property through the sites' streaming jobs: random
+    moves of subscribers and profiles (several each, back and forth, during churn),
+    batches that crash and run again. Each subscriber read as `--follow-moves`
+    reads her sites' matches topics sees what one matcher that never saw a move
+    shows her, record for record; all sites' records together, duplicates dropped,
+    are that matcher's: no pair lost or matched again because a client moved."""
+    order, links = tree
+    subs, profiles, homes = data.draw(mobile(order))
+    with_adverts = data.draw(st.booleans())
+    if with_adverts:
+        advertise_everything(profiles)
+    # (one matcher's order at one ts is the input's; a site's, its index: make them one)
+    rank = {name: i for i, name in enumerate(order)}
+    subs.sort(key=lambda r: (r["ts"], rank[r["site"]]))
+    profiles.sort(key=lambda r: (r["ts"], rank[r["site"]]))
+    toml = network_toml(list(order), links, *routing, advertisements=with_adverts)
+    net = parse_network(with_bootstraps(toml, order))
+    written = run_network(net, subs, profiles, random.Random(seed))
+    assert not any(written.dead_letters.values()), written.dead_letters
+    expected = one_matcher_without_moves(subs, profiles)
+    streams = {n: [json.loads(v) for v in values] for n, values in written.matches.items()}
+    assert_each_follows(streams, expected, homes)
+    made = {m for m in written.all_matches() if json.loads(m)["event"] != "moved"}
+    assert sorted(made) == sorted(encode(e) for e in expected)
+    event(f"moved records > 0: {any(b'moved' in m for m in written.all_matches())}")
+    event(f"profile moves > 0: {any(r['op'] == 'move' for r in profiles)}")

@@ -184,6 +184,26 @@ def by_space(records: list[dict]) -> dict[str, list[bytes]]:
     return dict(out)
 
 
+def assert_each_follows(streams: dict[str, list[dict]], expected: list[dict], homes) -> None:
+    """Each subscriber's records, read from the sites' `streams` as `--follow-moves`
+    reads them (records written twice dropped, as a reader drops duplicates), equal
+    hers in one matcher's `expected`, in order within each space."""
+    reader = ListReader(streams)
+    for who, home in homes.items():
+        read = {encode(r): r for r in follow_moves(who, home, reader)}  # (the first of each)
+        mine = [e for e in expected if e["subscriber"] == who]
+        assert by_space(list(read.values())) == by_space(mine), who
+
+
+def advertise_everything(profiles: list[dict]) -> None:
+    """The sites that publish advertise all they publish (from before the first
+    record); the others advertise nothing."""
+    for site in {r["site"] for r in profiles if r["op"] == "publish"}:
+        for space in SPACES:
+            ad = {"op": "advertise", "id": "all", "space": space, "where": "TRUE"}
+            profiles.append(ad | {"ts": BASE - 1, "site": site})
+
+
 def assert_follows(net, subs, profiles, homes, delays=None):
     """The properties of the module docstring; the network's output."""
     out = replay_network(net, items_of(subs, profiles), delays)
@@ -192,12 +212,7 @@ def assert_follows(net, subs, profiles, homes, delays=None):
     matches = [m for m in out.matches if m["event"] != "moved"]
     got = [{k: v for k, v in m.items() if k != "site"} for m in matches]
     assert [encode(m) for m in got] == [encode(m) for m in expected]
-    streams = site_streams(out.result)
-    reader = ListReader(streams)
-    for who, home in homes.items():
-        read = list(follow_moves(who, home, reader))
-        mine = [e for e in expected if e["subscriber"] == who]
-        assert by_space(read) == by_space(mine), who
+    assert_each_follows(site_streams(out.result), expected, homes)
     # per pair, as the spec's oracle has it (what its events say, not their ids)
     lines = [
         ("subscription" if i < len(subs) else "profile", rec, i)
@@ -229,11 +244,8 @@ def test_a_subscriber_following_moves_sees_what_one_matcher_shows(
     order, links = tree
     subs, profiles, homes = data.draw(mobile(order))
     with_adverts = data.draw(st.booleans())
-    if with_adverts:  # the sites that publish advertise all they publish; the others not
-        for site in {r["site"] for r in profiles if r["op"] == "publish"}:
-            for space in SPACES:
-                ad = {"op": "advertise", "id": "all", "space": space, "where": "TRUE"}
-                profiles.append(ad | {"ts": BASE - 1, "site": site})
+    if with_adverts:
+        advertise_everything(profiles)
     if data.draw(st.booleans()):
         profiles.sort(key=lambda r: r["ts"])
     toml = network_toml(list(order), links, *routing, idle, advertisements=with_adverts)
