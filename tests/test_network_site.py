@@ -213,10 +213,7 @@ def test_streaming_sites_equal_one_matcher(data, tree, routing, seed):
         profiles = [r for i, r in enumerate(sent) if i in keep or r["op"] == "retract"]
     live_until = None
     if data.draw(st.booleans()):  # a live run: the sites' clocks pass every record
-        # (past every finite end too: where the clocks stop then changes nothing)
-        bounds = [r.get(k) for r in subs + sent for k in ("ts", "valid_from", "valid_to")]
-        times = [t for t in bounds if t is not None]
-        live_until = max(map(oracle.to_ms, times)) + data.draw(st.sampled_from((1, 10, 10**6)))
+        live_until = past_every_end(subs + sent) + data.draw(st.sampled_from((1, 10, 10**6)))
     written = run_network(net, subs, sent, random.Random(seed), live_until)
     expected = one_matcher(subs, profiles, live_until)
     assert len(set(expected)) == len(expected)
@@ -225,6 +222,13 @@ def test_streaming_sites_equal_one_matcher(data, tree, routing, seed):
         # (flooding: every profile is wanted; imperfect merging: a little more)
         exact = routing[0] not in ("flooding", "merging") or routing[1] == "perfect"
         check_producers_interest(written.interest, subs, profiles, exact=exact)
+
+
+def past_every_end(records: list[dict]) -> int:
+    """The largest ts, valid_from or valid_to of the records: a live run's clocks stop
+    past it (past every finite end: where they stop then changes nothing)."""
+    bounds = [r.get(k) for r in records for k in ("ts", "valid_from", "valid_to")]
+    return max(oracle.to_ms(t) for t in bounds if t is not None)
 
 
 def check_producers_interest(interest, subs, profiles, *, exact: bool) -> None:
@@ -281,9 +285,12 @@ def test_a_subscriber_following_moves_across_streaming_sites_sees_one_matcher(
     profiles.sort(key=lambda r: (r["ts"], rank[r["site"]]))
     toml = network_toml(list(order), links, *routing, advertisements=with_adverts)
     net = parse_network(with_bootstraps(toml, order))
-    written = run_network(net, subs, profiles, random.Random(seed))
+    live_until = None
+    if data.draw(st.booleans()):  # a live run: the sites' clocks pass every record
+        live_until = past_every_end(subs + profiles) + data.draw(st.sampled_from((1, 10**6)))
+    written = run_network(net, subs, profiles, random.Random(seed), live_until)
     assert not any(written.dead_letters.values()), written.dead_letters
-    expected = one_matcher_without_moves(subs, profiles)
+    expected = one_matcher_without_moves(subs, profiles, live_until)
     streams = {n: [json.loads(v) for v in values] for n, values in written.matches.items()}
     assert_each_follows(streams, expected, homes)
     made = {m for m in written.all_matches() if json.loads(m)["event"] != "moved"}

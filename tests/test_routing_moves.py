@@ -162,14 +162,15 @@ def items_of(subs: list[dict], profiles: list[dict]) -> list[Input]:
     ]
 
 
-def one_matcher(subs: list[dict], profiles: list[dict]) -> list[dict]:
+def one_matcher(subs: list[dict], profiles: list[dict], until: int | None = None) -> list[dict]:
     """One matcher's records for every record but the moves (same lines as the
-    network's input: a position is a line), to the input's largest ts."""
+    network's input: a position is a line), to the input's largest ts (or to
+    `until`, a later watermark)."""
     items = [i for i in items_of(subs, profiles) if json.loads(i.raw)["op"] not in IGNORED]
     engine = Engine()
     out = engine.process_batch(items)
     # (time passes with the moves too: the end's watermark is the input's largest ts)
-    out += engine.advance(last_move(subs + profiles))
+    out += engine.advance(until if until is not None else last_move(subs + profiles))
     return [o.value for o in out if o.topic == "matches"]
 
 
