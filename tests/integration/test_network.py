@@ -166,3 +166,107 @@ def test_three_sites_equal_one_matcher_across_a_sigkill(tmp_path):
         f"network of 3 sites: {elapsed:.0f} s, {len(got)} records written, "
         f"{sum(duplicates.values())} duplicates after the SIGKILL"
     )
+
+
+def test_moves_across_a_sigkill_of_the_old_site_in_a_handover(tmp_path):
+    """ROUTING §5 on real brokers and Spark: `examples/network/moves` (four sites;
+    maria moves centre → harbour → island, the ferry harbour → island, a bad move).
+    The harbour's job, the old site of two moves, runs alone with small batches and
+    is SIGKILLed (with its Spark) as soon as one of its handovers is on the island's
+    link topic, before it is known done, then started again from its checkpoint:
+    the re-run writes its asks and handovers again, with the same numbers. The
+    sites' records, duplicates dropped, are `tsm replay --network`'s, each at its
+    site, `moved` records included; each subscriber read as `--follow-moves` reads
+    sees what one matcher shows her; the bad move is the island's one dead letter."""
+    from tests.test_replay import EXAMPLES, replay
+    from tests.test_routing_moves import assert_each_follows
+
+    folder = EXAMPLES / "network" / "moves"
+    records = {}
+    for kind in ("subscriptions", "profiles"):
+        text = (folder / f"{kind}.jsonl").read_text().splitlines()
+        records[kind] = [json.loads(line) for line in text if line.strip()]
+    names = ("harbour", "centre", "airport", "island")
+    brokers = {s: EmbeddedBroker(data_dir=tmp_path / f"broker-{s}").start() for s in names}
+    try:
+        toml = (folder / "net.toml").read_text()
+        for i, site in enumerate(names):
+            toml = toml.replace(f"localhost:{9092 + i}", brokers[site].bootstrap)
+        net = tmp_path / "net.toml"
+        net.write_text(toml)
+        for site, broker in brokers.items():
+            create_topics(broker.bootstrap, dict.fromkeys(TOPICS, 1))
+            for kind in ("subscriptions", "profiles"):
+                mine = [r for r in records[kind] if r["site"] == site]
+                produce_lines(broker.bootstrap, f"tsm.{kind}", lines(mine))
+        common = ["--network", str(net), "--available-now", "--checkpoint", str(tmp_path / "ck")]
+        common += ["--spark-log", str(tmp_path / "spark.log")]
+        started = time.monotonic()
+        others = tsm("run", *common, *(f"--site={s}" for s in names if s != "harbour"))
+        harbour = [*common, "--site", "harbour", "--max-records-per-trigger", "1"]
+        doomed = tsm("run", *harbour, start_new_session=True)
+        island = brokers["island"].bootstrap
+        create_topics(island, {"harbour.tsm.link": 1})  # (what the harbour's job would make)
+        wait_for(island, "harbour.tsm.link", b'"type":"handover"', doomed)
+        assert doomed.poll() is None, doomed.communicate()[1][-4000:]
+        os.killpg(doomed.pid, signal.SIGKILL)
+        doomed.communicate()
+        killed_after = sum(n.isdigit() for n in os.listdir(tmp_path / "ck" / "harbour" / "commits"))
+        finish(tsm("run", *harbour))
+        finish(others)
+        elapsed = time.monotonic() - started
+
+        streams, dead = {}, {}
+        for site, broker in brokers.items():
+            values = consume_values(broker.bootstrap, "tsm.matches", from_beginning=True, timeout=3)
+            streams[site] = [json.loads(v) for v in values]
+            letters = consume_values(
+                broker.bootstrap, "tsm.deadletter", from_beginning=True, timeout=1
+            )
+            dead[site] = [json.loads(v) for v in letters]
+    finally:
+        for broker in brokers.values():
+            broker.stop()
+
+    files = ("--subscriptions", folder / "subscriptions.jsonl", "--profiles")
+    done = replay("--network", net, *files, folder / "profiles.jsonl")
+    assert done.returncode == 0, done.stderr.decode()
+    expected = [json.loads(line) for line in done.stdout.splitlines()]
+    got = {
+        json.dumps({**m, "site": site}, sort_keys=True) for site, ms in streams.items() for m in ms
+    }
+    assert sorted(got) == sorted(json.dumps(m, sort_keys=True) for m in expected)
+    assert [m["to"] for m in expected if m["subscriber"] == "maria" and m["event"] == "moved"] == [
+        "harbour",
+        "island",
+    ]
+    one_matcher = [
+        {k: v for k, v in m.items() if k != "site"} for m in expected if m["event"] != "moved"
+    ]
+    homes = {"maria": "centre", "harbour-ops": "harbour", "island-pier": "island"}
+    assert_each_follows(streams, one_matcher, homes)
+    assert [len(letters) for letters in dead.values()] == [0, 0, 0, 1]
+    assert "nothing to move" in dead["island"][0]["reason"]
+    written = sum(len(ms) for ms in streams.values())
+    print(
+        f"moves across 4 sites: {elapsed:.0f} s, {written} records written, {len(got)} "
+        f"distinct; the harbour killed after {killed_after} committed batches"
+    )
+
+
+def wait_for(bootstrap: str, topic: str, needle: bytes, process: subprocess.Popen) -> None:
+    """Read `topic` (one partition) until a record holds `needle` or `process` ends."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    from connectors.config import confluent_config
+
+    config = {"group.id": f"tsm-test-{os.getpid()}", "enable.auto.commit": False}
+    consumer = Consumer(confluent_config(bootstrap, required=config))
+    try:
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        while process.poll() is None:
+            message = consumer.poll(0.05)
+            if message is not None and not message.error() and needle in message.value():
+                return
+    finally:
+        consumer.close()
