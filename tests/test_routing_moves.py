@@ -479,6 +479,42 @@ def test_asks_and_handovers_read_twice_are_answered_and_taken_once():
     assert "s1" in sites["b"].matcher.spaces["A"].subs
 
 
+def test_profile_handovers_that_pass_a_site_out_of_order_are_taken_in_key_order():
+    """Two profiles move across s1 (p0 from s3 to s0 at 1, p1 from s5 to s2 at 53);
+    with these delays p1's handover passes s1 first. s1 must still take p0's move
+    at 1, before p0's retract at 2: taken after it, s1 would hold p0 again, and
+    u1, who comes to s1 at 36, would get an `unmatch` from p0's second retract."""
+    toml = network_toml(
+        ["s0", "s1", "s2", "s3", "s4", "s5", "s6"],
+        [("s0", "s1"), ("s0", "s2"), ("s1", "s3"), ("s0", "s4"), ("s1", "s5"), ("s0", "s6")],
+        "flooding",
+        "imperfect",
+        0.05,
+        0,
+    )
+    every = {"space": "A", "filter": [[]]}
+    subs = [
+        {"op": "subscribe", "id": "u0-a", "subscriber": "u0", "ts": BASE, "site": "s0"} | every,
+        {"op": "subscribe", "id": "u1-a", "subscriber": "u1", "ts": BASE, "site": "s5"} | every,
+        move(2, "s5", "s0", subscriber="u1"),
+        move(36, "s0", "s1", subscriber="u1"),
+    ]
+    retract = {"op": "retract", "id": "p0", "space": "A"}
+    forever = {"space": "A", "attrs": {}, "valid_to": None}
+    profiles = [
+        {"op": "publish", "id": "p0", "ts": BASE, "site": "s3"} | forever,
+        move(1, "s3", "s0", id="p0", space="A"),
+        retract | {"ts": BASE + 2, "site": "s0"},
+        retract | {"ts": BASE + 53, "site": "s0"},
+        {"op": "publish", "id": "p1", "ts": BASE + 52, "site": "s5"} | forever,
+        move(53, "s5", "s2", id="p1", space="A"),
+    ]
+    homes = {"u0": "s0", "u1": "s5"}
+    out = assert_follows(parse_network(toml), subs, profiles, homes, Delays(0, (50.0, 50.0)))
+    at_s1 = [(m["event"], m["profile_id"]) for m in out.matches if m["site"] == "s1"]
+    assert at_s1 == [("match", "p1")]
+
+
 @pytest.mark.parametrize("routing", ["covering", "merging"])
 def test_the_filters_a_moved_one_covered_are_sent_again(routing):
     """At a, alice's wide filter covers bob's narrow one, so only hers went toward c.

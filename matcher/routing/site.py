@@ -486,7 +486,8 @@ class Site:
                     box.wm = stage.wm
         for key, moved in desk.arrived:
             for box in self.routes[("moves", "profile")]:
-                box.items.append((key, moved))
+                # (handovers of several moves come back in any order: keep key order)
+                bisect.insort(box.items, (key, moved), key=lambda pair: pair[0])
         desk.arrived.clear()
         bound = desk.passing_bound()
         for box in self.routes[("moves", "profile")]:
