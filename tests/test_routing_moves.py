@@ -515,6 +515,34 @@ def test_profile_handovers_that_pass_a_site_out_of_order_are_taken_in_key_order(
     assert at_s1 == [("match", "p1")]
 
 
+@pytest.mark.parametrize("routing", ["simple", "covering"])
+def test_a_version_a_move_replaces_on_its_way_is_stale_beyond_it(routing):
+    """A star around s0. s1 holds p's second version (it ended a pair there); the
+    third, wanted by nobody, stays at s4. p moves from s4 to s2 over s0, which
+    learns the third version from the handover: s1's is stale from then on, so a
+    subscription at s1 that overlaps only the second gets the third (no match)."""
+    net = parse_network(
+        f'routing = "{routing}"\nlinks = [["s0", "s1"], ["s0", "s2"], ["s0", "s4"]]\n'
+        "[sites.s0]\n[sites.s1]\n[sites.s2]\n[sites.s4]\n"
+    )
+    subs = [
+        sub("b", 0, "y <= 2", "s1", subscriber="bob", valid_to=BASE + 48),
+        sub("c", 69, "s EXISTS", "s1", subscriber="carol"),
+    ]
+    profiles = [
+        pub("p", 38, 1, "s4", attrs={"x": 1, "y": 1}),
+        pub("p", 43, 1, "s4", attrs={"y": 5, "s": "ab"}),
+        pub("p", 64, 1, "s4", attrs={"x": 5}),
+        move(69, "s4", "s2", id="p", space="A"),
+        pub("p", 73, 1, "s2", attrs={"s": "a"}),
+    ]
+    out = assert_follows(net, subs, profiles, {"bob": "s1", "carol": "s1"})
+    carol = [
+        (m["event"], m["reason"], m["ts"] - BASE) for m in out.matches if m["subscriber"] == "carol"
+    ]
+    assert carol == [("match", "changed", 73)]
+
+
 @pytest.mark.parametrize("routing", ["covering", "merging"])
 def test_the_filters_a_moved_one_covered_are_sent_again(routing):
     """At a, alice's wide filter covers bob's narrow one, so only hers went toward c.

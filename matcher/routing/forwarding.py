@@ -189,7 +189,9 @@ class Forwarder:
         lies behind the link alone. Toward the new site ("new"), its versions now
         come from the neighbour's side: forget it. Toward the old one ("old"), it
         comes from this side, and the neighbour holds it (every site on the way
-        takes it). Otherwise it comes from this side as before. O(log n)."""
+        takes it). Otherwise it comes from this side as before, and a version the
+        neighbour holds that this one replaces is stale there (this site had not
+        heard of the versions in between, or it would hold one of them). O(log n)."""
         if self.flooding:
             return
         if toward == "new":
@@ -201,6 +203,11 @@ class Forwarder:
             pub = current[0]  # (the object `theirs` may hold: versions are told by it)
         else:
             self.held.put(pub)
+            theirs = self.theirs.get(pub.id)
+            if toward == "" and theirs is not None and to_state(theirs) != to_state(pub):
+                # (a version this site had not heard was replaced: stale there, so that
+                # interest that overlaps it later gets the current one)
+                self.stale.put(theirs)
         if toward == "old":
             self._sent(pub)
 
