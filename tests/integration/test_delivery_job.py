@@ -2,8 +2,10 @@
 
 Noisy tracks crossing the edges of zones in groups of every mode, with
 dwell, exit dwell and margins (`tsm gen noisy`), in an unsharded space and a
-sharded one, read in micro-batches: the job must give exactly what `tsm
-replay` (the engine) gives, pending matches fired by its event-time timers.
+sharded one, read in micro-batches by two runs of the job, the second resuming
+from the first's checkpoint (groups, pending dwells and margins in its state):
+together they must give exactly what `tsm replay` (the engine) gives, pending
+matches fired by their event-time timers.
 """
 
 from __future__ import annotations
@@ -38,8 +40,16 @@ def test_the_job_equals_replay_with_delivery_policies(spark, bootstrap, new_topi
         lines["profiles"] += [json.dumps(r | {"space": space}).encode() for r in profiles]
     by_ts = lambda line: json.loads(line)["ts"]  # noqa: E731
     topics = make_topics(new_topic, bootstrap)
-    produce_lines(bootstrap, topics.subscriptions, sorted(lines["subs"], key=by_ts))
-    produce_lines(bootstrap, topics.profiles, sorted(lines["profiles"], key=by_ts))
+    # The first run reads what comes before `cut`, the second the rest: nothing of
+    # the second part is late, and the second run starts from the first one's state.
+    cut = by_ts(sorted(lines["profiles"], key=by_ts)[len(lines["profiles"]) // 2])
+    parts = [
+        {
+            kind: [line for line in kept if (by_ts(line) < cut) == first]
+            for kind, kept in lines.items()
+        }
+        for first in (True, False)
+    ]
     sharding = {"cells": {"attribute": "x", "width": 250, "cells": 4}}
     config = JobConfig(
         bootstrap=bootstrap,
@@ -49,8 +59,12 @@ def test_the_job_equals_replay_with_delivery_policies(spark, bootstrap, new_topi
         sharding=sharding,
     )
     started = time.monotonic()
-    counters = run_in_process(spark, config)
-    print(f"delivery job: {time.monotonic() - started:.1f} s, {counters}")
+    for part in parts:
+        produce_lines(bootstrap, topics.subscriptions, sorted(part["subs"], key=by_ts))
+        produce_lines(bootstrap, topics.profiles, sorted(part["profiles"], key=by_ts))
+        counters = run_in_process(spark, config)
+        assert counters.get("rows") == len(part["subs"]) + len(part["profiles"]), counters
+    print(f"delivery job, two runs: {time.monotonic() - started:.1f} s, {counters}")
     engine = Engine(sharding=build_sharding(sharding))  # (as `tsm replay` with the config)
     want = expected([inputs_of(bootstrap, topics)], engine=engine)
     records = [json.loads(v) for v in want["matches"]]
