@@ -21,14 +21,16 @@ $(STAMP): requirements.lock pyproject.toml
 demo: install
 	$(BIN)/tsm demo
 
+# Two workers (pytest-xdist): the integration tests one at a time on one of them
+# (tests/conftest.py), the unit tests beside them on the other.
 test: install
 	$(BIN)/ruff check .
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n 2 --dist loadgroup
 
 # The unit tests and the quicker integration tests: all but those marked `slow`.
 test-fast: install
 	$(BIN)/ruff check .
-	$(BIN)/pytest -q -m "not slow"
+	$(BIN)/pytest -q -n 2 --dist loadgroup -m "not slow"
 
 test-unit: install
 	$(BIN)/pytest -q -m "not integration"

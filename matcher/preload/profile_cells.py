@@ -310,7 +310,9 @@ class ProfileCells:
             cell, index = int(self.cell_of[slot]), int(self.position[slot])
             at = int(self.pool.start[cell]) + index
             assert index < self.pool.size(cell) and self.pool["slot"][at] == slot
-            assert self.profiles[slot] is held[slot]
+            # (equal, not the same object: equal profiles share one forest node,
+            # whose key is the first of them)
+            assert self.profiles[slot] == held[slot]
             box = dims.profile_box(held[slot], grow=False)
             for c in range(self.columns):
                 lo, hi = box.get(c, PROFILE_FILL)
