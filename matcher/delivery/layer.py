@@ -26,7 +26,7 @@ from typing import Any
 from matcher.delivery import sustain
 from matcher.delivery.choice import ranked
 from matcher.delivery.margin import holds_within_margin
-from matcher.delivery.sustain import DELIVERED, LEAVING, OFF, PENDING, Pair
+from matcher.delivery.sustain import DELIVERED, LEAVING, OFF, ON, PENDING, Pair
 from matcher.held import Held
 
 Key = tuple[str, str]  # (subscription id, profile id)
@@ -140,6 +140,8 @@ class Delivery:
     ) -> list[Any]:
         """One step of a record or an expiry: `raw` its pair changes `(event, reason,
         sub, prof)` for subscriptions with delivery fields. Returns the records."""
+        if cause.kind == "profile" and cause.old is None and cause.ident not in self.by_prof:
+            return self._first_version(cause, raw, profiles, emit)
         raw_now: dict[Key, bool] = {}
         reasons: dict[Key, str] = {}
         for event, reason, sub, prof in raw:
@@ -195,6 +197,71 @@ class Delivery:
                 if g is not None:
                     groups.add((pid, g))
         return self._settle(cause, touched, groups, subs, profiles, emit)
+
+    def _first_version(
+        self,
+        cause: Cause,
+        raw: list[tuple[str, str, Held, Held]],
+        profiles: Mapping[str, Held],
+        emit: Emit,
+    ) -> list[Any]:
+        """`step` for a profile's first version, which has no pairs yet: each of its
+        pairs begins to hold (`raw` its `match`es), so §4 makes it pending or on, and
+        §5 fills each group's empty chosen set from its members that are on. The
+        records, in subscription id order. O(pairs) plus O(m log m) for a group of m
+        members that are on, beyond its k."""
+        pid, ts = cause.ident, cause.ts
+        prof = profiles[pid]
+        version, valid_to = prof.version, prof.record.valid_to
+        pairs, by_sub, dirty, served = self.pairs, self.by_sub, self._dirty, self.served
+        told: list[tuple[str, Held, Pair]] = []  # the pairs delivered now
+        groups: dict[str, list[tuple[str, Held, Pair]]] = {}  # group -> members on
+        for _, reason, sub, _ in raw:
+            record = sub.record
+            sid, options = record.id, record.options
+            if options.dwell_ms:
+                due = ts + options.dwell_ms
+                pair = Pair(PENDING, due, reason, True, True)
+                heapq.heappush(self._timers, (due, sid, pid))
+            elif options.group is None:
+                sent = (version, min(record.valid_to, valid_to))
+                pair = Pair(ON, None, reason, True, True, True, None, sent)
+                told.append((sid, sub, pair))
+            else:
+                pair = Pair(ON, None, reason, True, True)
+                members = groups.get(options.group)
+                if members is None:
+                    groups[options.group] = [(sid, sub, pair)]
+                else:
+                    members.append((sid, sub, pair))
+            pairs[sid, pid] = pair
+            others = by_sub.get(sid)
+            if others is None:
+                by_sub[sid] = {pid}
+            else:
+                others.add(pid)
+            dirty.add(("p", sid, pid))
+        if raw:
+            self.by_prof[pid] = {sub.record.id for _, _, sub, _ in raw}
+        for group, members in groups.items():
+            policy = members[0][1].record.options
+            taken = members
+            if len(members) > policy.k:
+                by_id = {member[0]: member for member in members}
+                options = {sid: sub.record.options for sid, sub, _ in members}
+                counts = {sid: served.get((group, sid), 0) for sid in by_id}
+                order = ranked(policy, by_id, prof.record.profile, options.__getitem__, counts)
+                taken = [by_id[sid] for sid in order[: policy.k]]
+            self.chosen[group, pid] = {sid for sid, _, _ in taken}
+            dirty.add(("c", group, pid))
+            for sid, sub, pair in taken:
+                served[group, sid] = served.get((group, sid), 0) + 1
+                dirty.add(("n", group, sid))
+                pair.told, pair.group = True, group
+                pair.sent = (version, min(sub.record.valid_to, valid_to))
+            told += taken
+        told.sort(key=_first)
+        return [emit("match", pair.reason, sub, prof, ts) for _, sub, pair in told]
 
     def fire(
         self, until: int, subs: Mapping[str, Held], profiles: Mapping[str, Held], emit: Emit
@@ -359,6 +426,10 @@ def _handed_over(cause: Cause, subs: Mapping[str, Held]) -> str | None:
     if new is None or new.record.subscriber == cause.old.record.subscriber:
         return None
     return cause.ident
+
+
+def _first(item: tuple) -> Any:
+    return item[0]
 
 
 def _sent(sub: Held, prof: Held) -> tuple[str, float]:
