@@ -21,6 +21,7 @@ import heapq
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Any
 
 from matcher.delivery import sustain
@@ -32,6 +33,7 @@ from matcher.held import Held
 Key = tuple[str, str]  # (subscription id, profile id)
 Emit = Callable[[str, str, Held, Held, int], Any]
 _SEP = "\x1f"
+_FIRST = itemgetter(0)
 
 
 @dataclass(slots=True)
@@ -252,15 +254,16 @@ class Delivery:
                 counts = {sid: served.get((group, sid), 0) for sid in by_id}
                 order = ranked(policy, by_id, prof.record.profile, options.__getitem__, counts)
                 taken = [by_id[sid] for sid in order[: policy.k]]
-            self.chosen[group, pid] = {sid for sid, _, _ in taken}
+            chosen = self.chosen[group, pid] = set()
             dirty.add(("c", group, pid))
             for sid, sub, pair in taken:
+                chosen.add(sid)
                 served[group, sid] = served.get((group, sid), 0) + 1
                 dirty.add(("n", group, sid))
-                pair.told, pair.group = True, group
-                pair.sent = (version, min(sub.record.valid_to, valid_to))
+                until = sub.record.valid_to
+                pair.told, pair.group, pair.sent = True, group, (version, min(until, valid_to))
             told += taken
-        told.sort(key=_first)
+        told.sort(key=_FIRST)
         return [emit("match", pair.reason, sub, prof, ts) for _, sub, pair in told]
 
     def fire(
@@ -462,10 +465,6 @@ def _handed_over(cause: Cause, subs: Mapping[str, Held]) -> str | None:
     if new is None or new.record.subscriber == cause.old.record.subscriber:
         return None
     return cause.ident
-
-
-def _first(item: tuple) -> Any:
-    return item[0]
 
 
 def _sent(sub: Held, prof: Held) -> tuple[str, float]:
