@@ -9,8 +9,9 @@ k=3, faircast k=3, bestcast k=3 near the box's centre), and without groups
 but sustained (dwell 1 s, exit dwell 1 s, margin 5). Each engine is loaded
 with the subscriptions, then takes the same profiles in batches of 1,000
 (`Engine.process_batch`, as `tsm replay --batch-lines` does) with the
-cyclic GC off, as the job's operator matches; the rate is profiles over the
-time of those batches, best of the rounds.
+cyclic GC off, as the job's operator matches, every engine taking each batch
+in turn; the rate is profiles over the time of its batches, best of the
+rounds.
 
 Flaps: `tsm gen noisy` tracks (GPS noise 3) through zones, plain and with
 dwell, exit dwell and margins: entries, exits and flaps (`flap_counts`).
@@ -48,57 +49,72 @@ def sustained(sub: dict, index: int, size: int) -> dict:
     return sub | {"dwell_ms": 1000, "exit_dwell_ms": 1000, "margin": 5.0}
 
 
-def rate(subs: list[dict], profiles: list[dict], rounds: int) -> tuple[float, int]:
-    """Profiles per second through a loaded engine (best round), and its records."""
-    best, records = 0.0, 0
+def loaded(subs: list[dict]) -> Engine:
+    engine = Engine()
+    engine.process_batch(
+        Input("subscription", json.dumps(r), Source(file="s", line=n + 1))
+        for n, r in enumerate(subs)
+    )
+    return engine
+
+
+def rates(
+    variants: dict[str, list[dict]], profiles: list[dict], rounds: int
+) -> dict[str, tuple[float, int]]:
+    """Per variant (its subscriptions), profiles per second through a loaded engine
+    (best round) and its records. The variants take each batch in turn, so that a
+    change of the machine's load falls on all of them alike."""
+    items = [
+        Input("profile", json.dumps(r), Source(file="p", line=n + 1))
+        for n, r in enumerate(profiles)
+    ]
+    best = dict.fromkeys(variants, 0.0)
+    records = dict.fromkeys(variants, 0)
     for _ in range(rounds):
-        engine = Engine()
-        engine.process_batch(
-            Input("subscription", json.dumps(r), Source(file="s", line=n + 1))
-            for n, r in enumerate(subs)
-        )
-        items = [
-            Input("profile", json.dumps(r), Source(file="p", line=n + 1))
-            for n, r in enumerate(profiles)
-        ]
+        engines = {name: loaded(subs) for name, subs in variants.items()}
+        spent = dict.fromkeys(variants, 0.0)
+        records = dict.fromkeys(variants, 0)
         # (the job's operator freezes what its cached matchers hold out of the cyclic
         # GC's sight and matches with the GC off: `streaming.processor`)
         gc.collect()
         gc.freeze()
         gc.disable()
-        started, records = time.perf_counter(), 0
         for at in range(0, len(items), BATCH):
-            records += len(engine.process_batch(items[at : at + BATCH]))
-        best = max(best, len(items) / (time.perf_counter() - started))
+            batch = items[at : at + BATCH]
+            for name, engine in engines.items():
+                started = time.perf_counter()
+                records[name] += len(engine.process_batch(batch))
+                spent[name] += time.perf_counter() - started
+        for name in variants:
+            best[name] = max(best[name], len(items) / spent[name])
         gc.enable()
         gc.unfreeze()
-        del engine
-    return best, records
+        del engines
+    return {name: (best[name], records[name]) for name in variants}
 
 
 def throughput(n_subs: int, n_profiles: int, sizes: tuple[int, ...], rounds: int) -> list[dict]:
     subs, profiles = generate("uniform", 1, n_subs, n_profiles)
-    plain, plain_records = rate(subs, profiles, rounds)
-    out = [
-        {
-            "variant": "plain",
-            "group_size": None,
-            "profiles_per_s": round(plain),
-            "records": plain_records,
-        }
-    ]
-    print(f"plain: {plain:,.0f} profiles/s, {plain_records} records", flush=True)
-    variants = [("groups", size, with_groups) for size in sizes] + [("sustained", None, sustained)]
-    for name, size, change in variants:
-        changed = [change(s, n, size or 1) for n, s in enumerate(subs)]
-        got, records = rate(changed, profiles, rounds)
+    cases = [("plain", None, None)] + [("groups", size, with_groups) for size in sizes]
+    cases.append(("sustained", None, sustained))
+    variants = {
+        (name, size): subs
+        if change is None
+        else [change(s, n, size or 1) for n, s in enumerate(subs)]
+        for name, size, change in cases
+    }
+    measured = rates(variants, profiles, rounds)
+    plain = measured["plain", None][0]
+    out = []
+    for (name, size), (got, records) in measured.items():
         row = {
             "variant": name,
             "group_size": size,
             "profiles_per_s": round(got),
             "records": records,
         }
-        row["of_plain"] = round(got / plain, 2)
+        if name != "plain":
+            row["of_plain"] = round(got / plain, 2)
         out.append(row)
         print(
             f"{name} {size or ''}: {got:,.0f} profiles/s ({got / plain:.2f} of plain), "

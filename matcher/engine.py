@@ -679,6 +679,10 @@ class SpaceMatcher:
         """`_event` of `prof` with each of `subs`, by the writer's `many` if it has one
         (the pair changes of subscriptions with delivery fields held back)."""
         if self.delivery is not None and any(sub.record.options is not None for sub in subs):
+            if all(sub.record.options is not None for sub in subs):
+                raw = self.__dict__.setdefault("_raw", [])
+                raw += [(event, reason, sub, prof) for sub in subs]
+                return [_HELD_BACK] * len(subs)
             return [self._event(event, reason, sub, prof, ts) for sub in subs]
         many = getattr(self._writer, "many", None)
         if many is not None:

@@ -21,17 +21,19 @@ import heapq
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Any
 
 from matcher.delivery import sustain
 from matcher.delivery.choice import ranked
 from matcher.delivery.margin import holds_within_margin
-from matcher.delivery.sustain import DELIVERED, LEAVING, OFF, PENDING, Pair
+from matcher.delivery.sustain import DELIVERED, LEAVING, OFF, ON, PENDING, Pair
 from matcher.held import Held
 
 Key = tuple[str, str]  # (subscription id, profile id)
 Emit = Callable[[str, str, Held, Held, int], Any]
 _SEP = "\x1f"
+_FIRST = itemgetter(0)
 
 
 @dataclass(slots=True)
@@ -140,6 +142,8 @@ class Delivery:
     ) -> list[Any]:
         """One step of a record or an expiry: `raw` its pair changes `(event, reason,
         sub, prof)` for subscriptions with delivery fields. Returns the records."""
+        if cause.kind == "profile" and cause.old is None and cause.ident not in self.by_prof:
+            return self._first_version(cause, raw, profiles, emit)
         raw_now: dict[Key, bool] = {}
         reasons: dict[Key, str] = {}
         for event, reason, sub, prof in raw:
@@ -196,27 +200,129 @@ class Delivery:
                     groups.add((pid, g))
         return self._settle(cause, touched, groups, subs, profiles, emit)
 
+    def _first_version(
+        self,
+        cause: Cause,
+        raw: list[tuple[str, str, Held, Held]],
+        profiles: Mapping[str, Held],
+        emit: Emit,
+    ) -> list[Any]:
+        """`step` for a profile's first version, which has no pairs yet: each of its
+        pairs begins to hold (`raw` its `match`es), so §4 makes it pending or on, and
+        §5 fills each group's empty chosen set from its members that are on. The
+        records, in subscription id order. O(pairs) plus O(m log m) for a group of m
+        members that are on, beyond its k."""
+        pid, ts = cause.ident, cause.ts
+        prof = profiles[pid]
+        version, valid_to = prof.version, prof.record.valid_to
+        pairs, by_sub, dirty, served = self.pairs, self.by_sub, self._dirty, self.served
+        told: list[tuple[str, Held, Pair]] = []  # the pairs delivered now
+        groups: dict[str, list[tuple[str, Held, Pair]]] = {}  # group -> members on
+        for _, reason, sub, _ in raw:
+            record = sub.record
+            sid, options = record.id, record.options
+            if options.dwell_ms:
+                due = ts + options.dwell_ms
+                pair = Pair(PENDING, due, reason, True, True)
+                heapq.heappush(self._timers, (due, sid, pid))
+            elif options.group is None:
+                sent = (version, min(record.valid_to, valid_to))
+                pair = Pair(ON, None, reason, True, True, True, None, sent)
+                told.append((sid, sub, pair))
+            else:
+                pair = Pair(ON, None, reason, True, True)
+                members = groups.get(options.group)
+                if members is None:
+                    groups[options.group] = [(sid, sub, pair)]
+                else:
+                    members.append((sid, sub, pair))
+            pairs[sid, pid] = pair
+            others = by_sub.get(sid)
+            if others is None:
+                by_sub[sid] = {pid}
+            else:
+                others.add(pid)
+            dirty.add(("p", sid, pid))
+        if raw:
+            self.by_prof[pid] = {sub.record.id for _, _, sub, _ in raw}
+        for group, members in groups.items():
+            policy = members[0][1].record.options
+            taken = members
+            if len(members) > policy.k:
+                by_id = {member[0]: member for member in members}
+                options = {sid: sub.record.options for sid, sub, _ in members}
+                counts = {sid: served.get((group, sid), 0) for sid in by_id}
+                order = ranked(policy, by_id, prof.record.profile, options.__getitem__, counts)
+                taken = [by_id[sid] for sid in order[: policy.k]]
+            chosen = self.chosen[group, pid] = set()
+            dirty.add(("c", group, pid))
+            for sid, sub, pair in taken:
+                chosen.add(sid)
+                served[group, sid] = served.get((group, sid), 0) + 1
+                dirty.add(("n", group, sid))
+                until = sub.record.valid_to
+                pair.told, pair.group, pair.sent = True, group, (version, min(until, valid_to))
+            told += taken
+        told.sort(key=_FIRST)
+        return [emit("match", pair.reason, sub, prof, ts) for _, sub, pair in told]
+
     def fire(
         self, until: int, subs: Mapping[str, Held], profiles: Mapping[str, Held], emit: Emit
     ) -> list[Any]:
         """The timers due at the earliest due time (which must be below `until`): one
         step at that time. Returns the records."""
         t = self.next_due()
-        touched, groups = set(), set()
-        while t is not None and self._timers and self._timers[0][0] == t:
-            due, sid, pid = heapq.heappop(self._timers)
-            pair = self.pairs.get((sid, pid))
+        timers, pairs = self._timers, self.pairs
+        fired: list[Key] = []
+        grouped = False
+        while t is not None and timers and timers[0][0] == t:
+            due, sid, pid = heapq.heappop(timers)
+            pair = pairs.get((sid, pid))
             if pair is None or pair.due != due or pair.phase not in (PENDING, LEAVING):
                 continue
             sustain.fire(pair)
-            touched.add((sid, pid))
-            group = subs[sid].record.options.group
-            for g in (group, pair.group):
+            fired.append((sid, pid))
+            grouped = (
+                grouped or pair.group is not None or subs[sid].record.options.group is not None
+            )
+        if not grouped:
+            return self._fired_alone(t, fired, subs, profiles, emit)
+        groups = set()
+        for sid, pid in fired:
+            for g in (subs[sid].record.options.group, pairs[sid, pid].group):
                 if g is not None:
                     groups.add((pid, g))
-        return self._settle(
-            Cause("timer", None, None, "", t), touched, groups, subs, profiles, emit
-        )
+        cause = Cause("timer", None, None, "", t)
+        return self._settle(cause, set(fired), groups, subs, profiles, emit)
+
+    def _fired_alone(
+        self,
+        t: int,
+        fired: list[Key],
+        subs: Mapping[str, Held],
+        profiles: Mapping[str, Held],
+        emit: Emit,
+    ) -> list[Any]:
+        """`_settle` for a timer step whose pairs are in no group: a pair that became
+        on is sent `match`, one that went off `unmatch`, each with the reason its
+        timer kept (§4, §6). O(p log p) for p pairs."""
+        out = []
+        pairs, dirty = self.pairs, self._dirty
+        for key in sorted(fired):
+            sid, pid = key
+            pair = pairs[key]
+            sub, prof = subs[sid], profiles[pid]
+            if pair.phase == ON:
+                if not pair.told:
+                    out.append(emit("match", pair.reason, sub, prof, t))
+                    pair.told, pair.sent = True, _sent(sub, prof)
+            elif pair.told:
+                out.append(emit("unmatch", pair.reason, sub, prof, t))
+                pair.told, pair.sent = False, None
+            dirty.add(("p", sid, pid))
+            if pair.phase == OFF and not pair.told and not pair.holds:
+                self._remove(key)
+        return out
 
     # -- what the subscribers get --------------------------------------------------
 
