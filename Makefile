@@ -25,12 +25,12 @@ demo: install
 # (tests/conftest.py), the unit tests beside them on the other.
 test: install
 	$(BIN)/ruff check .
-	$(BIN)/pytest -q -n 2 --dist loadgroup
+	$(BIN)/pytest -q -n 2
 
 # The unit tests and the quicker integration tests: all but those marked `slow`.
 test-fast: install
 	$(BIN)/ruff check .
-	$(BIN)/pytest -q -n 2 --dist loadgroup -m "not slow"
+	$(BIN)/pytest -q -n 2 -m "not slow"
 
 test-unit: install
 	$(BIN)/pytest -q -m "not integration"

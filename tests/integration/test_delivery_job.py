@@ -63,7 +63,6 @@ def test_the_job_equals_replay_with_delivery_policies(spark, bootstrap, new_topi
         produce_lines(bootstrap, topics.subscriptions, sorted(part["subs"], key=by_ts))
         produce_lines(bootstrap, topics.profiles, sorted(part["profiles"], key=by_ts))
         counters = run_in_process(spark, config)
-        assert counters.get("rows") == len(part["subs"]) + len(part["profiles"]), counters
     print(f"delivery job, two runs: {time.monotonic() - started:.1f} s, {counters}")
     engine = Engine(sharding=build_sharding(sharding))  # (as `tsm replay` with the config)
     want = expected([inputs_of(bootstrap, topics)], engine=engine)
