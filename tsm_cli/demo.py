@@ -77,6 +77,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="the city as three sites (harbour, centre, airport: examples/network), a "
         "broker each, routing by content; data dir .tsm/demo-network by default",
     )
+    p.add_argument(
+        "--moves",
+        action="store_true",
+        help="with --network: the four sites of examples/network/moves, where a ferry's "
+        "publisher and a commuter's subscriptions move between sites",
+    )
     p.set_defaults(handler=_demo)
 
 
@@ -132,6 +138,8 @@ class Report:
 
 
 def _demo(args: argparse.Namespace) -> int:
+    if args.moves and not args.network:
+        raise CliError("--moves goes with --network (tsm demo --network --moves)")
     if args.network:
         from tsm_cli import demo_network
 

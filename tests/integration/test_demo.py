@@ -83,3 +83,19 @@ def test_a_speed_that_cannot_pace_is_refused_before_anything_starts(tmp_path, sp
         "tsm demo: error: --speed must be a finite number, 0 or more"
     ]
     assert not any(tmp_path.iterdir())  # no broker was started
+
+
+@pytest.mark.slow
+def test_the_network_demo_with_moves_equals_the_offline_network(tmp_path):
+    """`tsm demo --network --moves`: four brokers, the sites' jobs in one Spark; the
+    ferry's and Maria's moves show as `moved` markers where she leaves, and the demo
+    itself checks every site's records against `tsm replay --network`'s."""
+    command = [sys.executable, "-m", "tsm_cli", "demo", "--network", "--moves"]
+    command += ["--data-dir", str(tmp_path / "demo")]
+    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=600)
+    out = done.stdout
+    assert done.returncode == 0, (out + done.stderr)[-3000:]
+    assert "equal the offline network's (tsm replay --network), site by site" in out
+    moves = re.findall(r"^\d\d:\d\d:\d\d  moved    maria → (\w+)$", out, re.M)
+    assert sorted(moves) == ["harbour", "island"]  # (from the centre, then the harbour)
+    assert "── dead letter at island: nothing to move" in out
