@@ -1,8 +1,10 @@
 """The `StatefulProcessor` that runs one site of a network inside Spark.
 
-One state key per site (the site's name): its whole `network_site.SiteJob`,
-pickled, in one value of Spark's state store (RocksDB), read at the start of
-each batch and written at its end. A batch's rows are the records the site's
+One state key per site (the site's name): its whole `network_site.SiteJob`, as
+a snapshot (`streaming.state.codec`: a batch may run in another Python process
+than the one before it, and the filters' hashes are taken again there), in one
+value of Spark's state store (RocksDB), read at the start of each batch and
+written at its end. A batch's rows are the records the site's
 query read (its clients' topics, its inbound links, its control topic); the
 step's records go to Kafka from here, as the single-site job's operator
 writes its own (`connectors.outlet`, at least once): match records and dead
@@ -20,7 +22,6 @@ from __future__ import annotations
 
 import json
 import math
-import pickle
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -32,6 +33,7 @@ from connectors.outlet import pack
 from matcher.routing.network import Network
 from streaming.network_site import KafkaRow, SiteJob
 from streaming.network_topics import SiteTopics
+from streaming.state.codec import dump_snapshot, load_snapshot
 
 OUTPUT_DDL = "site string, report string"
 STATE_DDL = "blob binary"
@@ -86,7 +88,7 @@ class SiteProcessor(StatefulProcessor):
         self, key: tuple, rows: Iterator[pd.DataFrame], timerValues: TimerValues
     ) -> Iterator[pd.DataFrame]:
         if self.state.exists():
-            job = pickle.loads(bytes(self.state.get()[0]))
+            job = load_snapshot(bytes(self.state.get()[0]))
         else:
             job = SiteJob(self.net, self.topics.site, self.topics)
         out = job.step(kafka_rows(rows))
@@ -102,7 +104,7 @@ class SiteProcessor(StatefulProcessor):
             if records:
                 for _ in pack(topic, records, config):
                     pass
-        self.state.update((pickle.dumps(job, protocol=pickle.HIGHEST_PROTOCOL),))
+        self.state.update((dump_snapshot(job),))
         report = job.report() | {"matches": len(out.matches), "dead_letters": len(out.dead_letters)}
         yield pd.DataFrame({"site": [self.topics.site], "report": [json.dumps(report)]})
 

@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import json
 import os
-import pickle
 import random
+import subprocess
+import sys
 from collections import Counter
 from typing import NamedTuple
 
@@ -39,6 +40,7 @@ from matcher.records import Source, decode
 from matcher.routing.network import parse_network
 from streaming.network_site import KafkaRow, SiteJob, control_start, control_tick
 from streaming.network_topics import site_topics
+from streaming.state.codec import dump_snapshot, load_snapshot
 from tests import oracle
 from tests.test_routing_equivalence import (
     ROUTINGS,
@@ -148,9 +150,9 @@ def run_network(
             read[name, source] = stop
         rng.shuffle(rows)  # (a batch's rows come in no particular order)
         if rng.random() < 0.2:  # a crash after part of the output was written
-            doomed = pickle.loads(pickle.dumps(jobs[name])).step(rows)
+            doomed = load_snapshot(dump_snapshot(jobs[name])).step(rows)
             write(doomed, topics, topic, name, written, rng)
-        jobs[name] = pickle.loads(pickle.dumps(jobs[name]))
+        jobs[name] = load_snapshot(dump_snapshot(jobs[name]))  # (as the state store keeps it)
         write(jobs[name].step(rows), topics, topic, name, written, None)
     assert all(finished(job) for job in jobs.values()), {n: j.report() for n, j in jobs.items()}
     assert all(not job.pending for job in jobs.values())
@@ -170,6 +172,59 @@ def write(out, topics, topic, name, written: Written, rng) -> None:
     for neighbour, records in out.links.items():
         link = topics[name].outbound[neighbour][1]
         topic(neighbour, link).records.extend(part(records))
+
+
+SOLO = """routing = "covering"
+links = []
+[sites.solo]
+bootstrap = "localhost:9092"
+"""
+FILTER = "kind = 'bus' AND speed > 40"
+
+
+def write_solo_state(path: str) -> int:
+    """A site job that reads one subscription and writes its state to `path`, as a
+    Python worker does; this process's `hash(None)`."""
+    net = parse_network(SOLO)
+    here = site_topics(net, "solo")
+    job = SiteJob(net, "solo", here)
+    sub = {"op": "subscribe", "id": "s", "space": "v", "subscriber": "ann", "where": FILTER}
+    value = json.dumps({**sub, "ts": 1000}).encode()
+    job.step([KafkaRow(here.topics.subscriptions, 0, 0, None, None, value, 2000)])
+    with open(path, "wb") as out:
+        out.write(dump_snapshot(job))
+    return hash(None)
+
+
+def test_a_site_state_written_by_another_process_goes_on_here(tmp_path):
+    """A batch may run in another Python process than the batch before it (a restart,
+    a new worker), where `hash(None)`, part of many filters' hashes, differs. The
+    state written there goes on here: a second subscription read here with the filter
+    of the one read there is the same filter in the interest published for
+    producers, which it leaves when both have left."""
+    blob = tmp_path / "state"
+    writer = (
+        "import sys; from tests.test_network_site import write_solo_state; "
+        "print(write_solo_state(sys.argv[1]))"
+    )
+    for _ in range(3):  # (two processes with one hash(None) prove nothing: try again)
+        done = subprocess.run(
+            [sys.executable, "-c", writer, str(blob)], capture_output=True, text=True, check=True
+        )
+        if int(done.stdout) != hash(None):
+            break
+    assert int(done.stdout) != hash(None)
+    job = load_snapshot(blob.read_bytes())
+    subscriptions = site_topics(parse_network(SOLO), "solo").topics.subscriptions
+
+    def step(offset: int, record: dict) -> list:
+        value = json.dumps({"space": "v", "ts": 1000 * (offset + 1), **record}).encode()
+        row = KafkaRow(subscriptions, 0, offset, None, None, value, 1000 * (offset + 2))
+        return [value for _, value in job.step([row]).interest]
+
+    assert step(1, {"op": "subscribe", "id": "t", "subscriber": "bob", "where": FILTER}) == []
+    assert step(2, {"op": "unsubscribe", "id": "s"}) == []
+    assert step(3, {"op": "unsubscribe", "id": "t"}) == [None]  # (a remove: a tombstone)
 
 
 def one_matcher(subs: list[dict], profiles: list[dict], until: int | None = None) -> list[bytes]:

@@ -1,10 +1,13 @@
-"""A key's `SpaceMatcher` as snapshot bytes, and back.
+"""A key's state as snapshot bytes, and back: a `SpaceMatcher` (the single-site
+job's key), or a network site's whole `SiteJob` (`streaming.site_processor`).
 
 A snapshot is `MAGIC`, the format version (2 bytes, big-endian), then a zstd
-frame of the matcher's pickle. The pickle is `SpaceMatcher.dump`'s, but the
-held records and their filters (slots dataclasses, whose default pickling looks
-up the dataclass fields once per object) are reduced to one constructor call
-each: about half the time to load. zstd level 1 makes it a quarter of the size
+frame of the state's pickle. The pickle is plain pickle's (a matcher's is
+`SpaceMatcher.dump`'s), but the held records and their filters (slots
+dataclasses, whose default pickling looks up the dataclass fields once per
+object) are reduced to one constructor call each: about half the time to
+load; and a filter's or a profile's hash is taken again by the process that
+loads it (`migrations`). zstd level 1 makes it a quarter of the size
 (100k subscriptions: 102 MB to 25 MB) for 0.2 s more to write, and a rebuild
 reads it from the state store in about half the time, which it spends on
 decompressing it. Both directions run with the cyclic GC off: unpickling
@@ -32,7 +35,7 @@ from typing import Any
 import zstandard
 
 from matcher.constraints import Atom, Conjunction, Constraint
-from matcher.engine import Held, SpaceMatcher
+from matcher.engine import Held
 from matcher.profiles import Profile
 from matcher.records import Publish, Retract, Source, Subscribe, Unsubscribe
 from streaming.state import migrations
@@ -117,11 +120,12 @@ def header(version: int = FORMAT_VERSION) -> bytes:
     return MAGIC + version.to_bytes(2, "big")
 
 
-def dump_snapshot(matcher: SpaceMatcher) -> bytes:
-    """The matcher as a snapshot of format `FORMAT_VERSION`."""
+def dump_snapshot(state: Any) -> bytes:
+    """The state (a `SpaceMatcher`, or any picklable object that holds matcher
+    parts) as a snapshot of format `FORMAT_VERSION`."""
     out = io.BytesIO()
     with _gc_off():
-        _SnapshotPickler(out, protocol=pickle.HIGHEST_PROTOCOL).dump(matcher)
+        _SnapshotPickler(out, protocol=pickle.HIGHEST_PROTOCOL).dump(state)
     return header() + zstandard.ZstdCompressor(level=ZSTD_LEVEL).compress(out.getbuffer())
 
 
@@ -134,8 +138,9 @@ def snapshot_version(blob: bytes) -> int:
     raise SnapshotError(f"not a tsm snapshot (it starts with {bytes(blob[:16])!r})")
 
 
-def load_snapshot(blob: bytes) -> SpaceMatcher:
-    """The matcher of a snapshot of any format up to `FORMAT_VERSION`, upgraded."""
+def load_snapshot(blob: bytes) -> Any:
+    """The state of a snapshot of any format up to `FORMAT_VERSION`, upgraded (a
+    `SpaceMatcher` where the snapshot is a single-site job's)."""
     version = snapshot_version(blob)
     if version > FORMAT_VERSION:
         raise SnapshotError(
