@@ -156,6 +156,14 @@ class SpaceMatcher:
                 made.add(held.record.id, held.record.predicate)
         return made
 
+    def forget_changes(self) -> None:
+        """Drop the held-set changes since the last drain, the delivery state's too: for
+        an owner that keeps no change log (`Engine`, a network site), which would
+        otherwise hold every change of its whole input. O(1)."""
+        self._changes = []
+        if self.delivery is not None:
+            self.delivery.forget_changes()
+
     def drain_refused(self) -> list[tuple[Record, str]]:
         """The subscribes refused since the last drain, each with its reason (a
         group's members disagree: docs/DELIVERY.md §1): dead letters for the caller."""
@@ -777,6 +785,8 @@ class Engine:
             out += _merged(ranked)
         self.clock.close_batch(pending)
         out += self.advance(self.watermark)
+        for matcher in self.matchers.values():
+            matcher.forget_changes()  # (no state store reads them here)
         return out
 
     def advance(self, watermark: float) -> list[Output]:

@@ -96,6 +96,10 @@ class Delivery:
         self._dirty.clear()
         return out
 
+    def forget_changes(self) -> None:
+        """Drop the changed items since the last drain (an owner with no change log)."""
+        self._dirty.clear()
+
     def restore(self, key: str, text: str | None) -> None:
         """Set one item as a logged change says (a state store rebuilding). O(log n)."""
         kind, a, b = key.split(_SEP)

@@ -174,6 +174,7 @@ class Matcher(Stage):
                 else:
                     run.append((key, record))
             self._apply(space, matcher, run)
+            matcher.forget_changes()  # (a site keeps no change log)
 
     def _move(self, space: str, matcher: SpaceMatcher, key: Key, item: Any) -> None:
         """A move at `key`: evict what expired before its ts (those pairs end where
