@@ -55,6 +55,8 @@ QUICK = [(t, n) for t in TOPOLOGIES for n in (1, 10, 100)]
 PROFILES = 2000
 OBJECTS = 400
 SEED = 0
+MOVES_S = (RUN_MS * 5 // 6 - RUN_MS // 6) / 1000  # the seconds in which the moves fall
+QUEUED = 10  # a move wait this many times a record's with nobody moving: moves queue
 MESSAGES = ("interest_messages", "move_messages", "profiles_forwarded", "retracts_forwarded")
 
 
@@ -404,11 +406,38 @@ def readme(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         "naive protocol's are counted against them by (event, pair, ts, payload). The "
         "new site matches from the move's ts (an event-time delay of 0); the move wait "
         "is the simulated time from the move's arrival at the new site until it takes "
-        "over (the old site answers once every site's input has passed the move's ts).\n\n"
+        "over (the old site answers once every site's input has passed the move's ts)."
+        + _queued(rows)
+        + "\n\n"
         + head
         + "\n".join(lines)
         + "\n\n"
         + summary(rows)
+    )
+
+
+def _queued(rows: list[dict[str, Any]]) -> str:
+    """The rows whose moves came faster than the network hands them over (a move
+    waits many times what a record waits with nobody moving), and why."""
+    queued = [
+        r
+        for r in rows
+        if r["move_wait_ms"]["p50"] > QUEUED * max(r["stay_match_latency_ms"]["p50"], 1.0)
+    ]
+    if not queued:
+        return ""
+    said = [
+        f"on {r['topology']} at {r['clients']:,} clients, {r['clients'] / MOVES_S:.0f} moves "
+        f"a second, a move waits {r['move_wait_ms']['p50'] / 1000:.0f} s (p50) and a match "
+        f"record {r['match_latency_ms']['p50'] / 1000:.0f} s, against "
+        f"{r['stay_match_latency_ms']['p50'] / 1000:.1f} s with nobody moving"
+        for r in queued
+    ]
+    return (
+        " Where clients move faster than the network hands them over, the handovers "
+        f"queue: {'; '.join(said)}. A site takes its own records and the asks it "
+        "answers in event-time order, and stops at each move to it until that move's "
+        "handover is there: the handovers it owes for later moves wait behind it."
     )
 
 
