@@ -452,7 +452,7 @@ def _runs(meta: dict[str, Any]) -> str:
             rows = ", ".join(_row_name(label) for label in run["rows"])
             text += " (the other rows)" if run is most else f" ({rows})"
         said.append(text)
-    return " and ".join(said)
+    return " and ".join([", ".join(said[:-1]), said[-1]] if len(said) > 2 else said)
 
 
 def _row_name(label: str) -> str:
