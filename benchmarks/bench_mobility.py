@@ -1,7 +1,7 @@
 """`tsm bench mobility`: what a move costs (ROUTING §5) against re-subscribing.
 
 On each benchmark topology (`placement.TOPOLOGIES`), N subscribers (1 to
-1,000 on each; 10,000 on the star) each hold two subscriptions (boxes in x, y) at a random home site
+10,000) each hold two subscriptions (boxes in x, y) at a random home site
 while tracked objects report from random sites (a profile every few ms, each
 valid for 20 s, so that pairs hold across the moves); every subscriber moves
 once, at a random time in the middle of the run, to another random site. The
@@ -27,7 +27,8 @@ forwarded), the records handed over, the simulated wait from the move's
 arrival at the new site to its taking over, and the event-time delay until
 the new site matches (0 by construction: it matches from the move's ts).
 
-Outputs, in the results folder: `mobility.json` and `README.md`.
+Outputs, in the results folder: `mobility.json` and `README.md`. `only` runs
+some rows (`--only star-8:10000`) and merges them into the folder's results.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ import platform
 import random
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -48,11 +50,13 @@ DOCS = Path("docs/bench/mobility")
 BASE = 1_795_334_400_000  # 2026-11-22T08:00Z
 RUN_MS = 60_000
 LIFE_MS = 20_000
-FULL = [(t, n) for t in TOPOLOGIES for n in (1, 10, 100, 1000)] + [("star-8", 10_000)]
+FULL = [(t, n) for t in TOPOLOGIES for n in (1, 10, 100, 1000, 10_000)]
 QUICK = [(t, n) for t in TOPOLOGIES for n in (1, 10, 100)]
 PROFILES = 2000
 OBJECTS = 400
 SEED = 0
+MOVES_S = (RUN_MS * 5 // 6 - RUN_MS // 6) / 1000  # the seconds in which the moves fall
+QUEUED = 10  # a move wait this many times a record's with nobody moving: moves queue
 MESSAGES = ("interest_messages", "move_messages", "profiles_forwarded", "retracts_forwarded")
 
 
@@ -171,13 +175,20 @@ def compare_naive(reference: list[dict], got: list[dict]) -> dict[str, int]:
 
 
 def check_move(reference: list[dict], out: Any, homes: dict[str, str]) -> None:
-    """The move protocol: each subscriber read across sites equals one matcher's."""
+    """The move protocol: each subscriber read across sites equals one matcher's.
+    Each subscriber is read from her own records of every site (in the site's
+    order, `moved` included): `follow_moves` skips the others' records, so it
+    reads the same, in O(her records) rather than O(every site's)."""
     from connectors.follow_moves import ListReader, follow_moves
     from matcher.routing.replay import site_streams
 
-    reader = ListReader(site_streams(out.result))
+    own: dict[str, dict[str, list[dict]]] = {}
+    for site, records in site_streams(out.result).items():
+        for r in records:
+            own.setdefault(r.get("subscriber"), {}).setdefault(site, []).append(r)
     ref = _by_subscriber(reference)
     for who, home in homes.items():
+        reader = ListReader(own.get(who, {}))
         read = sorted(json.dumps(r, sort_keys=True) for r in follow_moves(who, home, reader))
         want = sorted(json.dumps(r, sort_keys=True) for r in ref.get(who, []))
         if read != want:
@@ -189,15 +200,21 @@ def _messages(out: Any) -> int:
     return sum(total[k] for k in MESSAGES)
 
 
-def run_size(topo: str, n: int) -> dict[str, Any]:
+def run_size(topo: str, n: int, say: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """One row: `n` moving clients on `topo`; `say` hears each step's time as it ends."""
     names, links = topology(topo)
     subs, profiles, moves = workload(n, names)
     until = max(m["ts"] for m in moves)
+    step = _Steps(f"{topo} {n:,} clients", say)
     reference = one_matcher(subs, profiles, until)
+    step.done(f"one matcher: {len(reference):,} match records")
     homes = {s["subscriber"]: s["site"] for s in subs}
     stay, stay_s = _run(names, links, subs, profiles)
+    step.done("the network, nobody moving")
     moved, move_s = _run(names, links, subs + moves, profiles)
+    step.done("the network, moves")
     check_move(reference, moved, homes)
+    step.done("each subscriber read across sites: equal to one matcher")
     base = _messages(stay)
     stats = moved.stats()
     row: dict[str, Any] = {
@@ -224,32 +241,110 @@ def run_size(topo: str, n: int) -> dict[str, Any]:
             "messages": _messages(out),
             "extra_per_move": (_messages(out) - base) / n,
         }
+        step.done(f"the network, {label}")
     naive_extra = row["naive"]["extra_per_move"]
     row["move_vs_naive"] = row["move_extra_per_move"] / naive_extra if naive_extra else None
+    row["seconds"] = round(step.total(), 1)
     return row
 
 
+class _Steps:
+    """The steps of a long row, each said with its time as it ends."""
+
+    def __init__(self, label: str, say: Callable[[str], None] | None) -> None:
+        self.label, self.say = label, say
+        self.started = self.last = time.perf_counter()
+
+    def done(self, what: str) -> None:
+        now = time.perf_counter()
+        if self.say is not None:
+            self.say(f"  {self.label}: {what} ({now - self.last:.0f} s)")
+        self.last = now
+
+    def total(self) -> float:
+        return time.perf_counter() - self.started
+
+
 def main(
-    quick: bool = False, results: Path | None = None, docs: bool = False, command: str = ""
+    quick: bool = False,
+    results: Path | None = None,
+    docs: bool = False,
+    command: str = "",
+    only: list[tuple[str, int]] | None = None,
 ) -> int:
-    rows = []
+    """Run the plan's rows (or `only` these, merged into each folder's results),
+    writing the results after each row: a long run that stops keeps what it finished."""
+    plan = only or (QUICK if quick else FULL)
+    folders = [results or DEFAULT_RESULTS] + ([DOCS] if docs else [])
+    kept = {folder: _earlier(folder) if only else ([], {"runs": []}) for folder in folders}
+    rows: list[dict[str, Any]] = []
     started = time.perf_counter()
-    for topo, n in QUICK if quick else FULL:
-        row = run_size(topo, n)
+    for topo, n in plan:
+        row = run_size(topo, n, say=_say)
         rows.append(row)
         print(_progress(row), flush=True)
-        meta = {
+        run = {
             "command": command or "tsm bench mobility",
             "seconds": round(time.perf_counter() - started, 1),
-            "python": platform.python_version(),
-            "machine": f"{platform.machine()}, {_cores()} cores",
-            "profiles": PROFILES,
-            "objects": OBJECTS,
+            "rows": [_label(r) for r in rows],
         }
-        # (written after each row: a long run that stops keeps what it finished)
-        for folder in [results or DEFAULT_RESULTS] + ([DOCS] if docs else []):
-            write(folder, rows, meta)
+        for folder in folders:
+            write(folder, *_merged(*kept[folder], rows, run))
     return 0
+
+
+def _say(line: str) -> None:
+    print(line, flush=True)
+
+
+def _label(row: dict[str, Any]) -> str:
+    return f"{row['topology']}:{row['clients']}"
+
+
+def _earlier(folder: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The rows of a folder's results and the runs that made them (none: none)."""
+    path = folder / "mobility.json"
+    if not path.exists():
+        return [], {"runs": []}
+    old = json.loads(path.read_text())
+    meta = old["meta"]
+    if "runs" not in meta:  # (one run made them all)
+        meta["runs"] = [
+            {"command": meta["command"], "seconds": meta["seconds"]}
+            | {"rows": [_label(r) for r in old["rows"]]}
+        ]
+    return old["rows"], meta
+
+
+def _merged(
+    earlier_rows: list[dict[str, Any]],
+    earlier: dict[str, Any],
+    rows: list[dict[str, Any]],
+    run: dict[str, Any],
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Earlier rows that these do not replace, and these, in the plan's order; the
+    runs that made them (a run whose rows were all replaced is dropped), and the
+    bounds measured for rows not run (`bounds`, written by hand) that still lack one."""
+    new = {_label(r) for r in rows}
+    kept = [r for r in earlier_rows if _label(r) not in new] + rows
+    order = {f"{t}:{n}": i for i, (t, n) in enumerate(FULL)}
+    kept.sort(key=lambda r: (order.get(_label(r), len(order)), r["topology"], r["clients"]))
+    runs = []
+    for old in earlier["runs"]:
+        left = [label for label in old["rows"] if label not in new]
+        if left:
+            runs.append(old | {"rows": left})
+    meta = {
+        "runs": runs + [run],
+        "python": platform.python_version(),
+        "machine": f"{platform.machine()}, {_cores()} cores",
+        "profiles": PROFILES,
+        "objects": OBJECTS,
+    }
+    bounds = {k: v for k, v in earlier.get("bounds", {}).items() if k not in new}
+    if bounds:
+        meta["bounds"] = bounds
+    return kept, meta
 
 
 def _cores() -> int:
@@ -298,12 +393,10 @@ def readme(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         )
     return (
         "# Mobility: what a move costs (`tsm bench mobility`)\n\n"
-        f"Made by `{meta['command']}` in {meta['seconds']:.0f} s (Python {meta['python']}, "
+        f"Made by {_runs(meta)} (Python {meta['python']}, "
         f"{meta['machine']}); {meta['profiles']:,} reports of {meta['objects']} tracked "
         "objects over a minute, every client moving once, covering routing, the offline "
-        "network (`benchmarks/bench_mobility.py` says how)."
-        + (f" {meta['note']}." if meta.get("note") else "")
-        + "\n\n"
+        "network (`benchmarks/bench_mobility.py` says how)." + _not_run(rows, meta) + "\n\n"
         "Messages per move are link records (interest, asks and handovers, profiles and "
         "retracts forwarded) beyond the same run with nobody moving; `ratio` is the move "
         "protocol's over the naive one's (unsubscribe at the old site, subscribe at the "
@@ -313,12 +406,71 @@ def readme(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         "naive protocol's are counted against them by (event, pair, ts, payload). The "
         "new site matches from the move's ts (an event-time delay of 0); the move wait "
         "is the simulated time from the move's arrival at the new site until it takes "
-        "over (the old site answers once every site's input has passed the move's ts).\n\n"
+        "over (the old site answers once every site's input has passed the move's ts)."
+        + _queued(rows)
+        + "\n\n"
         + head
         + "\n".join(lines)
         + "\n\n"
         + summary(rows)
     )
+
+
+def _queued(rows: list[dict[str, Any]]) -> str:
+    """The rows whose moves came faster than the network hands them over (a move
+    waits many times what a record waits with nobody moving), and why."""
+    queued = [
+        r
+        for r in rows
+        if r["move_wait_ms"]["p50"] > QUEUED * max(r["stay_match_latency_ms"]["p50"], 1.0)
+    ]
+    if not queued:
+        return ""
+    said = [
+        f"on {r['topology']} at {r['clients']:,} clients, {r['clients'] / MOVES_S:.0f} moves "
+        f"a second, a move waits {r['move_wait_ms']['p50'] / 1000:.0f} s (p50) and a match "
+        f"record {r['match_latency_ms']['p50'] / 1000:.0f} s, against "
+        f"{r['stay_match_latency_ms']['p50'] / 1000:.1f} s with nobody moving"
+        for r in queued
+    ]
+    return (
+        " Where clients move faster than the network hands them over, the handovers "
+        f"queue: {'; '.join(said)}. A site takes its own records and the asks it "
+        "answers in event-time order, and stops at each move to it until that move's "
+        "handover is there: the handovers it owes for later moves wait behind it."
+    )
+
+
+def _runs(meta: dict[str, Any]) -> str:
+    """The commands that made the rows, with their times (and rows, if several)."""
+    runs = meta["runs"]
+    most = max(runs, key=lambda run: len(run["rows"]))
+    said = []
+    for run in runs:
+        text = f"`{run['command']}` in {run['seconds']:.0f} s"
+        if len(runs) > 1:
+            rows = ", ".join(_row_name(label) for label in run["rows"])
+            text += " (the other rows)" if run is most else f" ({rows})"
+        said.append(text)
+    return " and ".join([", ".join(said[:-1]), said[-1]] if len(said) > 2 else said)
+
+
+def _row_name(label: str) -> str:
+    topo, n = label.split(":")
+    return f"{topo} {int(n):,}"
+
+
+def _not_run(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
+    """The full plan's rows missing here, each with the bound measured for it, if any."""
+    have = {_label(r) for r in rows}
+    if not have & {f"{t}:{n}" for t, n in FULL if n > 100}:
+        return ""  # (a quick run)
+    bounds = meta.get("bounds", {})
+    missing = [f"{t}:{n}" for t, n in FULL if f"{t}:{n}" not in have]
+    if not missing:
+        return ""
+    text = " Not run: " + ", ".join(_row_name(label) for label in missing) + "."
+    return text + "".join(f" {_row_name(k)}: {bounds[k]}" for k in missing if k in bounds)
 
 
 def summary(rows: list[dict[str, Any]]) -> str:

@@ -36,9 +36,23 @@ def test_a_small_run_meets_the_target(monkeypatch):
     assert row["move_lost"] == row["move_repeated"] == 0
     assert row["naive"]["repeated"] > 0 and row["naive"]["lost"] == 0
     assert row["move_vs_naive"] is not None and row["move_vs_naive"] <= 2
-    text = readme(
-        [row],
-        {"command": "x", "seconds": 1, "python": "3", "machine": "m"}
-        | {"profiles": 300, "objects": 400},
-    )
-    assert "| line-7 | 5 |" in text and ": met." in text
+    meta = {"runs": [{"command": "x", "seconds": 1, "rows": ["line-7:5"]}]}
+    meta |= {"python": "3", "machine": "m", "profiles": 300, "objects": 400}
+    text = readme([row], meta)
+    assert "| line-7 | 5 |" in text and ": met." in text and "queue" not in text
+    slow = row | {"move_wait_ms": {"p50": 60_000.0, "p99": 90_000.0, "max": 90_000.0}}
+    assert "the handovers queue: on line-7 at 5 clients" in readme([slow], meta)
+
+
+def test_a_row_run_alone_replaces_its_earlier_self_and_keeps_the_others():
+    def row(topo, n, records):
+        return {"topology": topo, "clients": n, "match_records": records}
+
+    earlier = [row("line-7", 10, 1), row("star-8", 10, 2), row("star-8", 1000, 3)]
+    runs = {"runs": [{"command": "all", "seconds": 9, "rows": ["line-7:10", "star-8:10"]}]}
+    runs["runs"].append({"command": "one", "seconds": 5, "rows": ["star-8:1000"]})
+    new = [row("star-8", 10_000, 4), row("star-8", 1000, 5)]
+    rows, meta = bench_mobility._merged(earlier, runs | {"bounds": {"star-8:10000": "b"}}, new, {})
+    assert [r["match_records"] for r in rows] == [1, 2, 5, 4]
+    assert [run.get("command") for run in meta["runs"]] == ["all", None]
+    assert "bounds" not in meta

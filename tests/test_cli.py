@@ -180,6 +180,22 @@ def test_bench_writes_results_outside_the_docs_unless_asked(tmp_path, monkeypatc
         tsm([*small, "--write-docs", "--json", "x.json"])
 
 
+def test_bench_mobility_runs_single_rows_into_the_results(tmp_path, monkeypatch) -> None:
+    from benchmarks import bench_mobility
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(bench_mobility, "PROFILES", 200)
+    assert tsm(["bench", "mobility", "--only", "star-8:1", "--results", "out"]) == 0
+    assert tsm(["bench", "mobility", "--only", "line-7:1,star-8:1", "--results", "out"]) == 0
+    result = json.loads(Path("out/mobility.json").read_text())
+    assert [(r["topology"], r["clients"]) for r in result["rows"]] == [("line-7", 1), ("star-8", 1)]
+    assert [run["rows"] for run in result["meta"]["runs"]] == [["line-7:1", "star-8:1"]]
+    assert not Path("docs").exists()
+    assert tsm(["bench", "routing", "--only", "star-8:1"]) != 0
+    with pytest.raises(SystemExit):
+        tsm(["bench", "mobility", "--only", "star-9:1"])
+
+
 def test_bench_results_are_not_committed() -> None:
     ignored = subprocess.run(
         ["git", "check-ignore", "-q", "bench-results/matcher.json"], cwd=ROOT, timeout=30

@@ -97,6 +97,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         metavar="DIR",
         help="routing, mobility: the results folder (default bench-results/TARGET)",
     )
+    bench.add_argument(
+        "--only",
+        type=_rows,
+        metavar="TOPOLOGY:N,…",
+        help="mobility: run only these rows (e.g. star-8:10000) and merge them into "
+        "the results folder's (and, with --write-docs, the committed ones)",
+    )
     soak = bench.add_argument_group("soak (the job on a local 2-worker cluster, in real time)")
     soak.add_argument("--minutes", type=seconds, default=60.0, help="how long to stream (60)")
     soak.add_argument(
@@ -164,6 +171,8 @@ def _bench(args: argparse.Namespace) -> int:
         raise CliError("--budget is for `tsm bench matcher` (the pipeline has its plan's budgets)")
     if args.contenders is not None and args.target != "matcher":
         raise CliError("--contenders is for `tsm bench matcher`")
+    if args.only is not None and args.target != "mobility":
+        raise CliError("--only is for `tsm bench mobility`")
     try:
         module = importlib.import_module(f"benchmarks.bench_{args.target}")
     except ModuleNotFoundError as exc:
@@ -185,7 +194,9 @@ def _bench(args: argparse.Namespace) -> int:
     if args.target == "pipeline":
         return module.main(quick=args.quick, json_path=json_path, sizes=args.sizes)
     if args.target == "mobility":
-        return module.main(args.quick, args.results, args.write_docs, command)
+        if args.only is not None and args.quick:
+            raise CliError("--only names the rows to run: leave out --quick")
+        return module.main(args.quick, args.results, args.write_docs, command, args.only)
     if args.target == "routing":
         if args.sizes is not None and len(args.sizes) != 1:
             raise CliError("--sizes takes one size for the routing benchmark (its subscriptions)")
@@ -204,6 +215,24 @@ def _sizes(text: str) -> tuple[int, ...]:
     if any(n < 10 for n in sizes):
         raise argparse.ArgumentTypeError("every size must be at least 10")
     return tuple(sorted(set(sizes)))
+
+
+def _rows(text: str) -> list[tuple[str, int]]:
+    from benchmarks.placement import TOPOLOGIES
+
+    rows = []
+    for part in text.split(","):
+        topo, _, n = part.partition(":")
+        if topo not in TOPOLOGIES:
+            raise argparse.ArgumentTypeError(
+                f"unknown topology {topo!r} in {part!r}: choose from {', '.join(TOPOLOGIES)}"
+            )
+        if not n.isdigit() or int(n) < 1:
+            raise argparse.ArgumentTypeError(
+                f"expected TOPOLOGY:CLIENTS like star-8:10000, got {part!r}"
+            )
+        rows.append((topo, int(n)))
+    return list(dict.fromkeys(rows))
 
 
 def _contenders(text: str) -> tuple[str, ...]:

@@ -218,10 +218,13 @@ class CoverSet:
     def _exact(
         self, group: _Group, rows: np.ndarray, conj: Conjunction, inexact: bool, outer: bool
     ) -> list[Conjunction]:
+        if not len(rows):
+            return []
         out = []
+        own = group.row_of.get(conj)  # (a member equal to `conj` has its box: this group)
         for row in rows.tolist():
             member = group.members[row]
-            if member is None or member == conj:
+            if member is None or row == own:
                 continue
             if inexact or self._boxes[member][1]:
                 ok = member.covers_filter(conj) if outer else conj.covers_filter(member)
