@@ -21,8 +21,8 @@ $(STAMP): requirements.lock pyproject.toml
 demo: install
 	$(BIN)/tsm demo
 
-# Two workers (pytest-xdist): the integration tests one at a time on one of them
-# (tests/conftest.py), the unit tests beside them on the other.
+# Two workers (pytest-xdist): the integration tests in two lanes, one a worker,
+# each one test at a time (tests/conftest.py); the unit tests after them.
 test: install
 	$(BIN)/ruff check .
 	$(BIN)/pytest -q -n 2

@@ -3,9 +3,13 @@
 `make test` runs the suite on two pytest-xdist workers (`-n 2`). The
 integration tests (everything under tests/integration/) run real Spark jobs
 and broker processes, some timed against each other (kills, outages), so the
-scheduler below hands them to one worker as one unit, to run one at a time,
-while the other worker takes the unit tests. (xdist's own `--dist loadgroup`
-cannot be used: it renames the tests' node ids, which pytest 9 ignores.)
+scheduler below hands them to the workers in two lanes, each lane one unit that
+one worker runs one test at a time: the jobs killed again and again (the
+faults and the cluster's) in one, every other integration test in the other.
+Each lane is about half of the integration tests' time, the critical path of
+the suite; the unit tests go to whichever worker nears the end of its lane
+first. (xdist's own `--dist loadgroup` cannot be used: it renames the tests'
+node ids, which pytest 9 ignores.)
 """
 
 from __future__ import annotations
@@ -13,15 +17,20 @@ from __future__ import annotations
 from xdist.scheduler import LoadScopeScheduling
 
 INTEGRATION = "tests/integration/"
+# The modules of the first lane; the other integration modules make the second.
+KILLED_JOBS = ("test_faults.py", "test_cluster.py")
 
 
-class IntegrationTogether(LoadScopeScheduling):
-    """Every integration test in one scope (one worker, in order); every other test
-    a scope of its own (spread over the workers as they free up)."""
+class IntegrationLanes(LoadScopeScheduling):
+    """The integration tests in two scopes (each on one worker, in order); every
+    other test a scope of its own (spread over the workers as they free up)."""
 
     def _split_scope(self, nodeid: str) -> str:
-        return INTEGRATION if nodeid.startswith(INTEGRATION) else nodeid
+        if not nodeid.startswith(INTEGRATION):
+            return nodeid
+        module = nodeid[len(INTEGRATION) :].split("::", 1)[0]
+        return INTEGRATION + ("killed-jobs" if module in KILLED_JOBS else "jobs")
 
 
-def pytest_xdist_make_scheduler(config, log) -> IntegrationTogether:
-    return IntegrationTogether(config, log)
+def pytest_xdist_make_scheduler(config, log) -> IntegrationLanes:
+    return IntegrationLanes(config, log)
