@@ -4,15 +4,15 @@ One state key per site (the site's name): its whole `network_site.SiteJob`, as
 a snapshot (`streaming.state.codec`: a batch may run in another Python process
 than the one before it, and the filters' hashes are taken again there), in one
 value of Spark's state store (RocksDB), read at the start of each batch and
-written at its end. A batch's rows are the records the site's
-query read (its clients' topics, its inbound links, its control topic); the
-step's records go to Kafka from here, as the single-site job's operator
-writes its own (`connectors.outlet`, at least once): match records and dead
-letters to the site's cluster, link records to each neighbour's. Every write
-is acknowledged before the task ends, so before Spark commits the batch's
-state: a batch that fails runs again from the state before it and writes the
-same records again (links: with the same numbers, which the receiver applies
-once; matches: the same `match_id`s).
+written at its end. A batch's rows are the records the site's query read (its
+clients' topics, its inbound links, its control topic); the step's records go
+to Kafka from here, as the single-site job's operator writes its own
+(`connectors.outlet`, at least once): match records and dead letters to the
+site's cluster, link records to each neighbour's. Every write is acknowledged
+before the task ends, so before Spark commits the batch's state: a batch that
+fails runs again from the state before it and writes the same records again
+(links: with the same numbers, which the receiver applies once; matches: the
+same `match_id`s).
 
 The output row of a batch is the site's report (`SiteJob.report`): the
 driver logs it and stops a run whose every site is done.
