@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from matcher.admission import dead_letter
-from matcher.engine import Held, Input
+from matcher.engine import DELIVERY_RANK, Held, Input
 from matcher.errors import RecordError
 from matcher.events import profile_digest
 from matcher.records import Publish, decode, to_state, version_of
@@ -261,17 +261,37 @@ def _global(key: Key) -> tuple:
 
 def _sort_key(causes: list[tuple], space: str, cause: Key | None, rank: tuple, event: dict):
     if rank[0] == 0:  # an expiry: (0, valid_to, kind, id, index, key of the version's record)
-        _, valid_to, kind, ident, _, made = rank
+        _, valid_to, kind, ident, index, made = rank  # (a timer: kind -1, made None)
         other = event["profile_id"] if kind == 0 else event["subscription_id"]
-        trigger = max(
-            bisect.bisect_left(causes, (valid_to + 1,)), bisect.bisect_right(causes, _global(made))
-        )
+        trigger = bisect.bisect_left(causes, (valid_to + 1,))
+        if made is not None:
+            trigger = max(trigger, bisect.bisect_right(causes, _global(made)))
+        within = _within(index, event, other) if kind != -1 else _delivered(2, event)
         if trigger < len(causes):
-            return (0, space, causes[trigger], 0, valid_to, kind, ident, other)
-        return (1, space, (), 0, valid_to, kind, ident, other)
+            return (0, space, causes[trigger], 0, valid_to, kind, ident, within)
+        return (1, space, (), 0, valid_to, kind, ident, within)
     assert cause is not None
     other = event["profile_id"] if cause.cls == SUBSCRIPTIONS else event["subscription_id"]
-    return (0, space, _global(cause), 1, other, rank[1])
+    return (0, space, _global(cause), 1, _within(rank[1], event, other))
+
+
+def _within(index: Any, event: dict, other: str) -> tuple:
+    """An event's place among the records of its step, as one matcher makes them:
+    the delivery records that end a version before the step's own (`first`), the
+    step's own records by the other side's id, then the delivery records
+    (`SpaceMatcher._deliver`); those by (subscription, profile), an `unmatch`
+    before a `match` of one pair. Composed so, the records of one step made at
+    two sites (a subscription that moves between its home and its space's
+    selecting site: docs/DELIVERY.md §9) fall in one matcher's order."""
+    if isinstance(index, str) and index.startswith(DELIVERY_RANK):
+        return _delivered(2, event)
+    if isinstance(index, tuple) and index[0] in ("", DELIVERY_RANK):
+        return _delivered(0 if index[0] == "" else 2, event)
+    return (1, other, index)
+
+
+def _delivered(block: int, event: dict) -> tuple:
+    return (block, event["subscription_id"], event["profile_id"], event["event"] != "unmatch")
 
 
 # -- false positives -----------------------------------------------------------

@@ -1,0 +1,271 @@
+"""Delivery policies in a network of sites (docs/DELIVERY.md §9) equal one matcher's.
+
+Random trees of 1-5 sites, every strategy; workloads of
+`tests.test_delivery_properties` (groups of every mode, dwell, exit dwell,
+margins, plain subscriptions, upserts that move a subscription in and out of
+a group, unsubscribes, retracts, expiries) with each record at a random
+site, so that a group's members sit at several sites. The union of the
+sites' records must equal, record for record and in order, `tsm replay`'s
+one matcher given every site's input (`test_routing_equivalence.
+assert_equivalent`), each record written at its subscriber's site. A member
+that disagrees with its group is refused at the space's selecting site and
+written as a dead letter of its own site, as one matcher refuses it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+
+from hypothesis import Phase, event, given, settings
+from hypothesis import strategies as st
+
+from benchmarks.placement import network_toml
+from matcher.engine import Engine, Input
+from matcher.records import Source
+from matcher.routing import wire
+from matcher.routing.members import Delivered, Member
+from matcher.routing.network import parse_network
+from matcher.routing.offline import Delays
+from matcher.routing.order import Key
+from tests.test_delivery_properties import policies, profile, subscription
+from tests.test_routing_equivalence import ROUTINGS, assert_equivalent, two_sites
+
+PROPS = settings(
+    max_examples=int(os.environ.get("TSM_EXAMPLES", 50)),
+    deadline=None,
+    print_blob=True,
+    phases=[p for p in Phase if p != Phase.shrink or not os.environ.get("TSM_NO_SHRINK")],
+)
+BASE = 1_700_000_000_000
+
+
+@st.composite
+def small_trees(draw) -> tuple[list[str], list[tuple[str, str]]]:
+    n = draw(st.integers(1, 5))
+    names = [f"s{i}" for i in range(n)]
+    links = [(names[draw(st.integers(0, i - 1))], names[i]) for i in range(1, n)]
+    return draw(st.permutations(names)), links
+
+
+@st.composite
+def placed(draw, sites: list[str]) -> tuple[list[dict], list[dict]]:
+    """Subscriptions in groups (and plain ones) and profiles, each at a random site.
+    A member that disagrees with its group has an id of its own, never plain: a
+    plain subscription that such a record would turn into a member is the one case
+    the network does not decide as one matcher (docs/DELIVERY.md §9)."""
+    crowded = draw(st.booleans())
+    groups = {g: draw(policies()) for g in (("g1",) if crowded else ("g1", "g2"))}
+    ts = BASE
+    subs, profiles = [], []
+    for _ in range(draw(st.integers(1, 30))):
+        ts += draw(st.sampled_from((0, 1, 2, 5, 9)))
+        site = draw(st.sampled_from(sites))
+        what = draw(st.integers(0, 9))
+        if what < 4:
+            rec = draw(subscription(ts, groups, crowded))
+            delivery = rec.get("delivery")
+            if delivery is not None and _policy(delivery) != _policy(groups[delivery["group"]]):
+                rec["id"] = "d" + rec["id"][1:]
+            subs.append({**rec, "site": site})
+        elif what < 8:
+            profiles.append({**draw(profile(ts)), "site": site})
+        elif what == 8:
+            ident = draw(st.sampled_from(("s0", "s1", "s2", "s3", "d0")))
+            subs.append({"op": "unsubscribe", "id": ident, "space": "A", "ts": ts, "site": site})
+        else:
+            ident = draw(st.sampled_from(("p0", "p1", "p2")))
+            profiles.append({"op": "retract", "id": ident, "space": "A", "ts": ts, "site": site})
+    return subs, profiles
+
+
+def _policy(delivery: dict) -> tuple:
+    return (delivery["mode"], delivery.get("k", 1))
+
+
+@PROPS
+@given(st.data(), small_trees(), ROUTINGS, st.integers(0, 2**16))
+def test_groups_across_sites_equal_one_matcher(data, tree, routing, seed):
+    order, links = tree
+    subs, profiles = data.draw(placed(order))
+    if data.draw(st.booleans()):  # (ids used at one site only: none qualified by site)
+        home = {}
+        for rec in subs + profiles:
+            rec["site"] = home.setdefault(
+                (rec["op"] in ("publish", "retract"), rec["id"]), rec["site"]
+            )
+    net = parse_network(network_toml(list(order), links, *routing, 3))
+    out, expected = assert_equivalent(net, subs, profiles, Delays(seed=seed))
+    one = refused_lines(subs, profiles)
+    assert {d["source"]["line"] for d in out.dead_letters if "disagrees" in d["reason"]} == one
+    sites = {m["site"] for m in out.matches if m["subscription_id"][0] != "p"}
+    event(f"records at several sites: {len(sites) > 1}")
+    event(f"replaced: {any(m['reason'] == 'replaced' for m in expected)}")
+    event(f"refused: {bool(one)}")
+
+
+def refused_lines(subs: list[dict], profiles: list[dict]) -> set[int]:
+    """The lines of the subscribes one matcher refuses (their group disagrees)."""
+    items = [
+        Input("subscription", json.dumps(r), Source(file="subs", line=i))
+        for i, r in enumerate(subs, start=1)
+    ] + [
+        Input("profile", json.dumps(r), Source(file="profiles", line=i))
+        for i, r in enumerate(profiles, start=1)
+    ]
+    out = Engine().process_batch(items)
+    return {
+        o.value["source"]["line"]
+        for o in out
+        if o.topic == "deadletter" and "disagrees" in o.value["reason"]
+    }
+
+
+# -- named cases ---------------------------------------------------------------
+
+
+def member(ident, site, ts=1, where="x < 5", **delivery) -> dict:
+    return {
+        "op": "subscribe",
+        "id": ident,
+        "space": "A",
+        "subscriber": f"u-{ident}",
+        "where": where,
+        "ts": ts,
+        "site": site,
+        **({"delivery": delivery} if delivery else {}),
+    }
+
+
+def publish(ident, ts, x, site="a", **more) -> dict:
+    return {
+        "op": "publish",
+        "id": ident,
+        "space": "A",
+        "attrs": {"x": x},
+        "ts": ts,
+        "site": site,
+        **more,
+    }
+
+
+def test_a_manycast_group_with_members_at_two_sites_chooses_k_in_all():
+    """k = 1, one member at each of two sites, one profile that both hold with: one
+    matcher sends one `match`; so does the network (each site choosing k of its
+    own members sent two)."""
+    subs = [
+        member("s1", "a", group="g", mode="manycast", k=1),
+        member("s2", "b", group="g", mode="manycast", k=1),
+    ]
+    for routing in ("flooding", "covering"):
+        out, expected = assert_equivalent(two_sites(routing), subs, [publish("p", 10, 1)])
+        assert [(m["subscription_id"], m["site"]) for m in out.matches] == [("s1", "a")]
+
+
+def test_a_chosen_member_that_leaves_is_replaced_by_one_at_another_site():
+    subs = [
+        member("s1", "a", group="g", mode="anycast"),
+        member("s2", "b", group="g", mode="anycast"),
+        {"op": "unsubscribe", "id": "s1", "space": "A", "ts": 20, "site": "a"},
+    ]
+    out, expected = assert_equivalent(
+        two_sites("covering"), subs, [publish("p", 10, 1, valid_to=99)]
+    )
+    assert [(m["subscription_id"], m["reason"], m["site"]) for m in out.matches] == [
+        ("s1", "new-profile", "a"),
+        ("s1", "unsubscribe", "a"),
+        ("s2", "replaced", "b"),
+    ]
+
+
+def test_a_member_that_disagrees_is_a_dead_letter_of_its_own_site():
+    subs = [
+        member("s1", "a", group="g", mode="manycast", k=2),
+        member("s2", "b", group="g", mode="manycast", k=3),
+    ]
+    out, _ = assert_equivalent(two_sites("covering"), subs, [publish("p", 10, 1)])
+    (letter,) = out.dead_letters
+    assert letter["site"] == "b" and "disagrees" in letter["reason"]
+
+
+def test_a_dwell_fires_at_the_subscribers_site_and_a_margin_routes_what_it_holds():
+    """The pair holds within the margin at x = 5.5 (not by the filter): the profile's
+    versions must reach the site that holds the subscription, or its `update` and
+    final `unmatch` are lost."""
+    subs = [{**member("s1", "b", where="x BETWEEN 0 AND 5"), "dwell_ms": 3, "margin": 1}]
+    profiles = [
+        publish("p", 10, 4, valid_to=99),
+        publish("p", 20, 5.5, valid_to=99),
+        publish("p", 30, 5.7, valid_to=99),
+        publish("p", 40, 9, valid_to=99),
+    ]
+    for routing in ("simple", "covering", "merging"):
+        _, expected = assert_equivalent(two_sites(routing), subs, profiles)
+        assert [(m["event"], m["ts"]) for m in expected] == [
+            ("match", 13),
+            ("update", 20),
+            ("update", 30),
+            ("unmatch", 40),
+        ]
+
+
+def test_a_subscription_that_joins_a_group_and_leaves_it_again():
+    """Plain at its home, then a member (held at the space's selecting site), then
+    plain again: each step's records are one matcher's, `changed`, in its order."""
+    net = parse_network('links = [["a", "b"], ["b", "c"]]\n[sites.a]\n[sites.b]\n[sites.c]\n')
+    selecting = net.selecting_site("A")
+    home = next(n for n in ("a", "b", "c") if n != selecting)
+    subs = [
+        member("s1", home, ts=1),
+        member("s1", home, ts=20, group="g", mode="anycast"),
+        member("s2", selecting, ts=25, group="g", mode="anycast"),
+        member("s1", home, ts=30),
+    ]
+    profiles = [publish("p", 10, 1, valid_to=99), publish("q", 10, 2, valid_to=99)]
+    out, expected = assert_equivalent(net, subs, profiles)
+    assert [(m["subscription_id"], m["event"], m["reason"]) for m in expected] == [
+        ("s1", "match", "new-profile"),
+        ("s1", "match", "new-profile"),
+        ("s1", "unmatch", "changed"),
+        ("s1", "unmatch", "changed"),
+        ("s1", "match", "changed"),
+        ("s1", "match", "changed"),
+        ("s1", "unmatch", "changed"),
+        ("s1", "unmatch", "changed"),
+        ("s2", "match", "replaced"),
+        ("s2", "match", "replaced"),
+        ("s1", "match", "changed"),
+        ("s1", "match", "changed"),
+    ]
+    assert {m["site"] for m in out.matches if m["subscription_id"] == "s1"} == {home}
+
+
+# -- the link records ------------------------------------------------------------
+
+
+def test_member_and_delivered_records_cross_a_link_as_they_were():
+    key = Key(5, 2, (0, 3), 0)
+    sub = json.dumps(member("s1", "a", group="g", mode="anycast") | {"site": None})
+    messages = [
+        Member("subscribe", "A", ("s1",), "a", "b", key, None, True, ["raw", "t", 0, 3]),
+        Member("rehome", "A", ("s1", "s2"), "c", "b", key),
+        Delivered("a", {"event": "match", "subscription_id": "s1"}),
+        Delivered("a", None, 7, "delivery disagrees"),
+    ]
+    assert sub
+    for m in messages:
+        assert wire.decode(wire.encode(m)) == m
+
+
+def test_seeds_change_nothing():
+    """The records are the same whatever the delays (only the latency changes)."""
+    rng = random.Random(3)
+    subs = [
+        member(f"s{i}", rng.choice("ab"), ts=i, group="g", mode="faircast", k=2) for i in range(6)
+    ]
+    profiles = [publish(f"p{i}", 10 + i, rng.random() * 6, site=rng.choice("ab")) for i in range(8)]
+    runs = [
+        assert_equivalent(two_sites("covering"), subs, profiles, Delays(seed=s))[0] for s in (1, 2)
+    ]
+    assert runs[0].matches == runs[1].matches
