@@ -30,7 +30,8 @@ from matcher.routing.network import parse_network
 from matcher.routing.offline import Delays
 from matcher.routing.order import Key
 from tests.test_delivery_properties import policies, profile, subscription
-from tests.test_routing_equivalence import ROUTINGS, assert_equivalent, two_sites
+from tests.test_network_site import one_matcher, past_every_end, run_network, with_bootstraps
+from tests.test_routing_equivalence import ROUTINGS, assert_equivalent, qualified, two_sites
 
 PROPS = settings(
     max_examples=int(os.environ.get("TSM_EXAMPLES", 50)),
@@ -38,6 +39,8 @@ PROPS = settings(
     print_blob=True,
     phases=[p for p in Phase if p != Phase.shrink or not os.environ.get("TSM_NO_SHRINK")],
 )
+# a quarter of the offline property's examples: each runs every site's step many times
+SITE_PROPS = settings(PROPS, max_examples=max(1, int(os.environ.get("TSM_EXAMPLES", 50)) // 4))
 BASE = 1_700_000_000_000
 
 
@@ -120,6 +123,35 @@ def refused_lines(subs: list[dict], profiles: list[dict]) -> set[int]:
         for o in out
         if o.topic == "deadletter" and "disagrees" in o.value["reason"]
     }
+
+
+@SITE_PROPS
+@given(st.data(), small_trees(), ROUTINGS, st.integers(0, 2**16))
+def test_streaming_sites_deliver_as_one_matcher(data, tree, routing, seed):
+    """The same through the sites' streaming jobs (`streaming.network_site`) over
+    simulated Kafka, batches crashed and run again (`test_network_site.run_network`):
+    the sites' records, duplicates dropped, are one matcher's; each refused member
+    is one dead letter (or two, written again by a re-run batch) of its own site."""
+    order, links = tree
+    subs, profiles = data.draw(placed(order))
+    records = qualified([("subscription", r) for r in subs] + [("profile", r) for r in profiles])
+    subs = [r for kind, r in records if kind == "subscription"]
+    profiles = [r for kind, r in records if kind == "profile"]
+    net = parse_network(with_bootstraps(network_toml(list(order), links, *routing), order))
+    live_until = None
+    if data.draw(st.booleans()):  # a live run: the sites' clocks pass every record
+        live_until = past_every_end(subs + profiles) + data.draw(st.sampled_from((1, 10**6)))
+    written = run_network(net, subs, profiles, random.Random(seed), live_until)
+    expected = one_matcher(subs, profiles, live_until)
+    assert sorted(set(written.all_matches())) == sorted(set(expected))
+    refused = {
+        (site, json.loads(v)["source"]["offset"])
+        for site, letters in written.dead_letters.items()
+        for v in letters
+        if b"disagrees" in v
+    }
+    assert len(refused) == len(refused_lines(subs, profiles))
+    event(f"refused: {bool(refused)}")
 
 
 # -- named cases ---------------------------------------------------------------
