@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import random
+from pathlib import Path
 
 from hypothesis import Phase, event, given, settings
 from hypothesis import strategies as st
@@ -29,8 +30,17 @@ from matcher.routing.members import Delivered, Member
 from matcher.routing.network import parse_network
 from matcher.routing.offline import Delays
 from matcher.routing.order import Key
+from streaming.network_site import KafkaRow
+from streaming.network_topics import site_topics
+from streaming.state.codec import load_snapshot
 from tests.test_delivery_properties import policies, profile, subscription
-from tests.test_network_site import one_matcher, past_every_end, run_network, with_bootstraps
+from tests.test_network_site import (
+    SOLO,
+    one_matcher,
+    past_every_end,
+    run_network,
+    with_bootstraps,
+)
 from tests.test_routing_equivalence import ROUTINGS, assert_equivalent, qualified, two_sites
 
 PROPS = settings(
@@ -42,6 +52,7 @@ PROPS = settings(
 # a quarter of the offline property's examples: each runs every site's step many times
 SITE_PROPS = settings(PROPS, max_examples=max(1, int(os.environ.get("TSM_EXAMPLES", 50)) // 4))
 BASE = 1_700_000_000_000
+FIXTURES = Path(__file__).parent / "fixtures" / "snapshots"
 
 
 @st.composite
@@ -139,8 +150,10 @@ def test_streaming_sites_deliver_as_one_matcher(data, tree, routing, seed):
     profiles = [r for kind, r in records if kind == "profile"]
     net = parse_network(with_bootstraps(network_toml(list(order), links, *routing), order))
     live_until = None
-    if data.draw(st.booleans()):  # a live run: the sites' clocks pass every record
-        live_until = past_every_end(subs + profiles) + data.draw(st.sampled_from((1, 10**6)))
+    if data.draw(st.booleans()):  # a live run: the sites' clocks pass every record and timer
+        timers = max((r.get("dwell_ms", 0) + r.get("exit_dwell_ms", 0) for r in subs), default=0)
+        live_until = past_every_end(subs + profiles) + timers + 1
+        live_until += data.draw(st.sampled_from((0, 10**6)))
     written = run_network(net, subs, profiles, random.Random(seed), live_until)
     expected = one_matcher(subs, profiles, live_until)
     assert sorted(set(written.all_matches())) == sorted(set(expected))
@@ -301,3 +314,66 @@ def test_seeds_change_nothing():
         assert_equivalent(two_sites("covering"), subs, profiles, Delays(seed=s))[0] for s in (1, 2)
     ]
     assert runs[0].matches == runs[1].matches
+
+
+# -- state written by an earlier tsm ---------------------------------------------------
+
+
+def test_a_site_state_of_format_5_goes_on_with_groups():
+    """A site job's state written before delivery groups crossed sites (format 5:
+    a site of one subscription `s` and one profile `p`, `tests/fixtures/snapshots/
+    site-format5.zst`) loads upgraded and holds members at its selecting site: its
+    records from then on are one matcher's."""
+    job = load_snapshot((FIXTURES / "site-format5.zst").read_bytes())
+    topics = site_topics(parse_network(SOLO), "solo")
+    first = [
+        {
+            "op": "subscribe",
+            "id": "s",
+            "space": "v",
+            "subscriber": "ann",
+            "where": "x < 5",
+            "ts": 1000,
+        },
+        {"op": "publish", "id": "p", "space": "v", "attrs": {"x": 1}, "ts": 1500, "valid_to": None},
+    ]
+    group = {"group": "g", "mode": "manycast", "k": 1}
+    later = [
+        {
+            "op": "subscribe",
+            "id": "t",
+            "space": "v",
+            "subscriber": "bo",
+            "where": "x < 3",
+            "ts": 3000,
+            "delivery": group,
+        },
+        {
+            "op": "subscribe",
+            "id": "u",
+            "space": "v",
+            "subscriber": "cy",
+            "where": "x < 4",
+            "ts": 3001,
+            "delivery": group,
+        },
+        {"op": "publish", "id": "q", "space": "v", "attrs": {"x": 2}, "ts": 3500, "valid_to": None},
+    ]
+    rows = [
+        KafkaRow(
+            topics.topics.subscriptions, 0, 1, None, None, json.dumps(later[0]).encode(), 4000
+        ),
+        KafkaRow(
+            topics.topics.subscriptions, 0, 2, None, None, json.dumps(later[1]).encode(), 4000
+        ),
+        KafkaRow(topics.topics.profiles, 0, 1, None, None, json.dumps(later[2]).encode(), 4000),
+    ]
+    made = (
+        job.step(rows).matches
+        + job.step([KafkaRow(None, None, None, None, None, None, 9000)]).matches
+    )
+    subs = [r for r in first + later if r["op"] == "subscribe"]
+    profiles = [r for r in first + later if r["op"] == "publish"]
+    expected = one_matcher(subs, profiles)
+    assert [value for _, value in made] == expected[1:]
+    assert len(expected) == 4  # (s-p, t-p, s-q, t-q: u is never chosen)
