@@ -30,9 +30,9 @@ from matcher.routing.members import Delivered, Member
 from matcher.routing.network import parse_network
 from matcher.routing.offline import Delays
 from matcher.routing.order import Key
-from streaming.network_site import KafkaRow
+from streaming.network_site import KafkaRow, SiteJob, control_start
 from streaming.network_topics import site_topics
-from streaming.state.codec import load_snapshot
+from streaming.state.codec import dump_snapshot, load_snapshot
 from tests.test_delivery_properties import policies, profile, subscription
 from tests.test_network_site import (
     SOLO,
@@ -377,3 +377,69 @@ def test_a_site_state_of_format_5_goes_on_with_groups():
     expected = one_matcher(subs, profiles)
     assert [value for _, value in made] == expected[1:]
     assert len(expected) == 4  # (s-p, t-p, s-q, t-q: u is never chosen)
+
+
+def test_a_batch_run_again_sends_its_members_and_records_once():
+    """A member at site b, whose space (D) selects site a, goes to a on the link; a's
+    records for it come back on the link. Each batch on each side runs twice from
+    the state before (a crash in its commit), writing its link records twice with
+    the same numbers: each receiver applies them once, so the group holds one
+    member and its subscriber's record is written once."""
+    net = parse_network(with_bootstraps(TWO, ["a", "b"]))
+    assert net.selecting_site("D") == "a"
+    topics = {n: site_topics(net, n) for n in ("a", "b")}
+    jobs = {n: SiteJob(net, n, topics[n]) for n in ("a", "b")}
+    for name in ("a", "b"):
+        here = topics[name].topics
+        ends = {(here.subscriptions, 0): int(name == "b"), (here.profiles, 0): int(name == "a")}
+        start = control_start(ends)
+        jobs[name].step([KafkaRow(topics[name].control, 0, 0, None, None, start, None)])
+    member = {
+        "op": "subscribe",
+        "id": "m",
+        "space": "D",
+        "subscriber": "bo",
+        "where": "x < 5",
+        "ts": 10,
+        "delivery": {"group": "g", "mode": "anycast"},
+    }
+    profile = {"op": "publish", "id": "p", "space": "D", "attrs": {"x": 1}, "ts": 20}
+    inbox = {"a": [], "b": []}  # link records waiting to be read, per receiver
+    written = {"a": [], "b": []}
+    relayed = []  # the member records written on the link
+
+    def twice(name: str, rows: list) -> None:
+        """A batch that crashes after writing all it made, then runs again."""
+        for job in (load_snapshot(dump_snapshot(jobs[name])), jobs[name]):
+            out = job.step(rows)
+            written[name] += [value for _, value in out.matches]
+            for neighbour, records in out.links.items():
+                inbox[neighbour] += records
+                relayed.extend(wire.decode(v) for _, v in records if b'"type":"member"' in v)
+        jobs[name] = load_snapshot(dump_snapshot(jobs[name]))
+
+    def link_rows(name: str) -> list:
+        source = topics[name].inbound["b" if name == "a" else "a"]
+        rows = [KafkaRow(source, 0, n, None, k, v, None) for n, (k, v) in enumerate(inbox[name])]
+        inbox[name] = []
+        return rows
+
+    subs_b = topics["b"].topics.subscriptions
+    twice("b", [KafkaRow(subs_b, 0, 0, None, None, json.dumps(member).encode(), 30)])
+    profiles_a = topics["a"].topics.profiles
+    row = KafkaRow(profiles_a, 0, 0, None, None, json.dumps(profile).encode(), 30)
+    for _ in range(6):
+        twice("a", link_rows("a") + ([row] if row else []))
+        row = None
+        twice("b", link_rows("b"))
+    assert [m.op for m in relayed] == ["subscribe", "subscribe"]  # (written twice)
+    assert relayed[0] == relayed[1] and jobs["a"].site.hosted.source.held_sub("D", "m")
+    matches = [json.loads(v) for v in written["b"]]
+    assert {(m["subscription_id"], m["profile_id"], m["event"]) for m in matches} == {
+        ("m", "p", "match")
+    }
+    assert len(matches) == 2  # (b's own batch wrote it twice: one copy per run, one match_id)
+    assert written["a"] == []
+
+
+TWO = 'routing = "covering"\nlinks = [["a", "b"]]\n[sites.a]\n[sites.b]\n'
