@@ -377,8 +377,9 @@ class SiteJob:
     # -- what the progress log and `tsm net status` show --------------------------
 
     def report(self) -> dict[str, Any]:
-        """The site's watermarks, the ts of a move it waits at for its handover, and,
-        per outbound link, the §6 counts."""
+        """The site's watermarks, the ts of a move it waits at for its handover, per
+        outbound link the §6 counts, and the members it holds per space it selects
+        for, with their histograms (docs/DELIVERY.md §9)."""
         waiting = self.site.stage.waiting
         return {
             "site": self.name,
@@ -391,6 +392,8 @@ class SiteJob:
                 f"{n}->{self.name}": {p: _ts(w) for p, w in marks.items()}
                 for n, marks in self.inbound_wm.items()
             },
+            # the spaces whose members this site holds, as their selecting site
+            "members": self.site.hosted.summary(),
             "done": self.done,
         }
 

@@ -140,6 +140,10 @@ class LocalSource:
         """The largest ts of the subscriptions and profiles let through."""
         return self.accepted[-1][1].ts if self.accepted else -math.inf
 
+    def held_subs(self) -> list[Subscribe]:
+        """Every subscription held here (not relayed), by (space, id). O(n log n)."""
+        return [self._subs[key][1] for key in sorted(self._subs)]
+
     def held_sub(self, space: str, ident: str) -> Subscribe | None:
         """The version of a subscription held here (not relayed), if any."""
         held = self._subs.get((space, ident))

@@ -38,6 +38,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from matcher.delivery.histograms import Histograms
 from matcher.delivery.options import disagreement
 from matcher.records import Subscribe, Unsubscribe, from_state
 from matcher.routing.order import Key
@@ -223,6 +224,20 @@ class Hosted:
         if not homes or homes[-1][1] != m.home:
             homes.append((key, m.home))
         self.source.subscribe(key, rec, Arrive(rec) if m.replaces else rec)
+
+    def summary(self) -> dict[str, dict[str, Any]]:
+        """Per space this site selects for: its members held now, and their equi-depth
+        histograms per numeric attribute (docs/DELIVERY.md §7: what each range of
+        values can be supplied from, for planning; never used to route). O(n log n)."""
+        per_space: dict[str, Histograms] = {}
+        counts: dict[str, int] = {}
+        for rec in self.source.held_subs():
+            per_space.setdefault(rec.space, Histograms()).add(rec.id, rec.predicate)
+            counts[rec.space] = counts.get(rec.space, 0) + 1
+        return {
+            space: {"members": counts[space], "histograms": h.summary()}
+            for space, h in sorted(per_space.items())
+        }
 
     def home_of(self, space: str, ident: str, cause: Key | None) -> str | None:
         """The home of a hosted id for a record caused at `cause` (None: the end)."""
