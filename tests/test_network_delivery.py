@@ -24,12 +24,14 @@ from hypothesis import strategies as st
 
 from benchmarks.placement import network_toml
 from matcher.engine import Engine, Input
+from matcher.events import encode
 from matcher.records import Source
 from matcher.routing import wire
 from matcher.routing.members import Delivered, Member
 from matcher.routing.network import parse_network
 from matcher.routing.offline import Delays
 from matcher.routing.order import Key
+from matcher.routing.replay import replay_network, site_streams
 from streaming.network_site import KafkaRow, SiteJob, control_start
 from streaming.network_topics import site_topics
 from streaming.state.codec import dump_snapshot, load_snapshot
@@ -42,15 +44,21 @@ from tests.test_network_site import (
     with_bootstraps,
 )
 from tests.test_routing_equivalence import ROUTINGS, assert_equivalent, qualified, two_sites
+from tests.test_routing_moves import assert_each_follows, items_of, mobile
+from tests.test_routing_moves import one_matcher as one_matcher_without_moves
 
+EXAMPLES = int(os.environ.get("TSM_EXAMPLES", 50))
+# (CI runs near its time limit: a fraction of the other properties' examples each)
 PROPS = settings(
-    max_examples=int(os.environ.get("TSM_EXAMPLES", 50)),
+    max_examples=max(1, EXAMPLES * 2 // 5),
     deadline=None,
     print_blob=True,
     phases=[p for p in Phase if p != Phase.shrink or not os.environ.get("TSM_NO_SHRINK")],
 )
-# a quarter of the offline property's examples: each runs every site's step many times
-SITE_PROPS = settings(PROPS, max_examples=max(1, int(os.environ.get("TSM_EXAMPLES", 50)) // 4))
+# each runs every site's step many times
+SITE_PROPS = settings(PROPS, max_examples=max(1, EXAMPLES // 8))
+# a move waits for its handover
+MOVES_PROPS = settings(PROPS, max_examples=max(1, EXAMPLES // 5))
 BASE = 1_700_000_000_000
 FIXTURES = Path(__file__).parent / "fixtures" / "snapshots"
 
@@ -165,6 +173,74 @@ def test_streaming_sites_deliver_as_one_matcher(data, tree, routing, seed):
     }
     assert len(refused) == len(refused_lines(subs, profiles))
     event(f"refused: {bool(refused)}")
+
+
+@st.composite
+def grouped_journeys(draw, sites: list[str]) -> tuple[list[dict], list[dict], dict[str, str]]:
+    """`test_routing_moves.mobile`'s subscribers and profiles that move while they
+    change, many of the subscriptions in groups (one policy a group) or with dwell
+    and margins."""
+    subs, profiles, homes = draw(mobile(sites))
+    groups = {g: draw(policies()) for g in ("g1", "g2")}
+    for rec in subs:
+        if rec["op"] != "subscribe" or not draw(st.integers(0, 2)):
+            continue
+        if draw(st.integers(0, 3)):
+            group = draw(st.sampled_from(sorted(groups)))
+            rec["delivery"] = {"group": group, **groups[group]}
+            if rec["delivery"]["mode"] == "bestcast":
+                rec["delivery"]["near"] = {"x": draw(st.sampled_from((0, 3, 6)))}
+        if draw(st.booleans()):
+            rec["dwell_ms"] = draw(st.sampled_from((0, 2, 9)))
+        if draw(st.booleans()):
+            rec["exit_dwell_ms"] = draw(st.sampled_from((0, 2, 9)))
+        if rec.get("relation") != "covers" and draw(st.booleans()):
+            rec["margin"] = draw(st.sampled_from((0.5, {"x": 2.0})))
+    return subs, profiles, homes
+
+
+@MOVES_PROPS
+@given(st.data(), small_trees(), ROUTINGS, st.integers(0, 2**16))
+def test_grouped_subscribers_who_move_are_followed_as_one_matcher(data, tree, routing, seed):
+    """ROUTING §5 with members: a subscriber's subscriptions stay at their space's
+    selecting site when she moves; her records go to her old site before the move
+    and to her new one from it. All records together are one matcher's (which
+    never saw a move), in its order; each subscriber read as `--follow-moves`
+    reads her sites' streams sees hers."""
+    order, links = tree
+    subs, profiles, homes = data.draw(grouped_journeys(order))
+    net = parse_network(network_toml(list(order), links, *routing, 3))
+    out = replay_network(net, items_of(subs, profiles), Delays(seed=seed))
+    assert not out.dead_letters, out.dead_letters
+    dwell = max((r.get("dwell_ms", 0) + r.get("exit_dwell_ms", 0) for r in subs), default=0)
+    expected = one_matcher_without_moves(subs, profiles)
+    got = [
+        {k: v for k, v in m.items() if k != "site"} for m in out.matches if m["event"] != "moved"
+    ]
+    assert [encode(m) for m in got] == [encode(m) for m in expected]
+    assert_each_follows(site_streams(out.result), expected, homes)
+    event(f"moved records > 0: {any(m['event'] == 'moved' for m in out.matches)}")
+    event(f"timers: {dwell > 0}")
+
+
+@SITE_PROPS
+@given(st.data(), small_trees(), ROUTINGS, st.integers(0, 2**16))
+def test_grouped_subscribers_who_move_across_streaming_sites(data, tree, routing, seed):
+    """The same through the sites' streaming jobs, batches crashed and run again: all
+    sites' records, duplicates dropped, are one matcher's. (Each subscriber's
+    order at her sites is not checked: a home writes what a selecting site made
+    for her as it arrives, docs/DELIVERY.md §9.)"""
+    order, links = tree
+    subs, profiles, _ = data.draw(grouped_journeys(order))
+    rank = {name: i for i, name in enumerate(order)}
+    subs.sort(key=lambda r: (r["ts"], rank[r["site"]]))
+    profiles.sort(key=lambda r: (r["ts"], rank[r["site"]]))
+    net = parse_network(with_bootstraps(network_toml(list(order), links, *routing), order))
+    written = run_network(net, subs, profiles, random.Random(seed))
+    assert not any(written.dead_letters.values()), written.dead_letters
+    expected = one_matcher_without_moves(subs, profiles)
+    made = {m for m in written.all_matches() if json.loads(m)["event"] != "moved"}
+    assert sorted(made) == sorted({encode(e) for e in expected})
 
 
 # -- named cases ---------------------------------------------------------------

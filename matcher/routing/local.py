@@ -339,9 +339,12 @@ class LocalSource:
             for space, ident in held:
                 self._drop_sub(space, ident)
             relayed = [self._relocated[h] for h in away]
+            # (every space where she has relayed any, live or not: the selecting site
+            # evicts at the move what expired before it, records for this site)
+            spaces = sorted({space for space, _ in self._relocated_by.get(ask.client, ())})
             for space, ident in list(self._relocated_by.get(ask.client, ())):
                 self._unrelocate(space, ident, key.ts)
-            for space in sorted({space for space, _ in away}):
+            for space in spaces:
                 ids = tuple(ident for s, ident in away if s == space)
                 self._send("rehome", key, space, ids, ask.target)
             for space in sorted({r.space for r in records}):

@@ -194,8 +194,7 @@ class Hosted:
                 after = key.next(key.seq + 1)  # (what the move evicts stays the old home's)
                 for ident in live:
                     self.homes.setdefault((m.space, ident), []).append((after, m.home))
-                if live:
-                    source.out.append((key, ("sub", Rehome(m.space, live, key.ts))))
+                source.out.append((key, ("sub", Rehome(m.space, live, key.ts))))
         source.release(bound)
         moved = bound > self.wm
         self.wm = max(self.wm, bound)

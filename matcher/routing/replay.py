@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import bisect
 import json
+import math
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
@@ -44,7 +45,7 @@ from matcher.routing.adverts import decode_advert
 from matcher.routing.moves import decode_move, move_key
 from matcher.routing.network import Network
 from matcher.routing.offline import Delays, LinkCounts, OfflineNetwork, Result
-from matcher.routing.order import SUBSCRIPTIONS, Key, record_key
+from matcher.routing.order import MOVES, SUBSCRIPTIONS, Key, record_key
 
 _PROFILE_OPS = ("publish", "retract", *ADVERT_OPS)
 
@@ -204,13 +205,19 @@ def _decode(item: Input, obj: dict[str, Any] | None, new_id: str | None) -> Any:
 # -- the order of one matcher --------------------------------------------------
 
 
-def ordered_matches(result: Result) -> list[dict[str, Any]]:
-    """Every site's match records, with `site`, in one matcher's order."""
+def _causes(result: Result) -> dict[str, list[tuple]]:
+    """Per space, the place in one matcher's order of every record it applies."""
     causes: dict[str, list[tuple]] = defaultdict(list)
     for space, key in result.accepted:
         causes[space].append(_global(key))
     for keys in causes.values():
         keys.sort()
+    return causes
+
+
+def ordered_matches(result: Result) -> list[dict[str, Any]]:
+    """Every site's match records, with `site`, in one matcher's order."""
+    causes = _causes(result)
     out = []
     for site, events in result.events.items():
         for space, cause, rank, event in events:
@@ -229,12 +236,27 @@ def ordered_markers(result: Result) -> list[dict[str, Any]]:
 
 
 def site_streams(result: Result) -> dict[str, list[dict[str, Any]]]:
-    """Each site's match and `moved` records, as its own matches topic holds them
-    (`decided_order`)."""
-    return {
-        site: decided_order(events, result.markers.get(site, []))
-        for site, events in result.events.items()
-    }
+    """Each site's match and `moved` records, as its own matches topic holds them: in
+    event time, each record at its place in one matcher's order (what a site
+    evicts at a move, before the move's `moved`; the records a selecting site made
+    for the site's subscribers among its own: docs/DELIVERY.md §9). A site that
+    made every record it holds decides them in this order (`decided_order`).
+    O(n log n)."""
+    causes = _causes(result)
+    out = {}
+    for site, events in result.events.items():
+        keyed: list[tuple[tuple, dict[str, Any]]] = []
+        for space, cause, rank, event in events:
+            order = _sort_key(causes[space], space, cause, rank, event)
+            place = order[2] if order[0] == 0 else (math.inf,)
+            if rank[0] == 0 and cause is not None:  # (evicted where it was, at a move)
+                place = min(place, _place(cause))
+            keyed.append(((order[0], place, 0, order), event))
+        for key, marker in result.markers.get(site, []):
+            keyed.append(((0, _place(key), 1, ()), marker))
+        keyed.sort(key=lambda pair: pair[0])
+        out[site] = [event for _, event in keyed]
+    return out
 
 
 def decided_order(
@@ -252,6 +274,11 @@ def decided_order(
         keyed.append(((0, key, 1, "", ()), marker))
     keyed.sort(key=lambda pair: pair[0])
     return [event for _, event in keyed]
+
+
+def _place(key: Key) -> tuple:
+    """`_global`, a move's before the records at its ts."""
+    return (key.ts, -1, key.pos) if key.cls == MOVES else _global(key)
 
 
 def _global(key: Key) -> tuple:
