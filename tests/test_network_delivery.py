@@ -43,7 +43,13 @@ from tests.test_network_site import (
     run_network,
     with_bootstraps,
 )
-from tests.test_routing_equivalence import ROUTINGS, assert_equivalent, qualified, two_sites
+from tests.test_routing_equivalence import (
+    ROUTINGS,
+    adverts,
+    assert_equivalent,
+    qualified,
+    two_sites,
+)
 from tests.test_routing_moves import assert_each_follows, items_of, mobile
 from tests.test_routing_moves import one_matcher as one_matcher_without_moves
 
@@ -117,9 +123,12 @@ def test_groups_across_sites_equal_one_matcher(data, tree, routing, seed):
             rec["site"] = home.setdefault(
                 (rec["op"] in ("publish", "retract"), rec["id"]), rec["site"]
             )
-    net = parse_network(network_toml(list(order), links, *routing, 3))
+    with_adverts = data.draw(st.booleans())
+    if with_adverts:  # (some profiles outside every advertisement: refused at their site)
+        profiles += data.draw(adverts(order, True))
+    net = parse_network(network_toml(list(order), links, *routing, 3, advertisements=with_adverts))
     out, expected = assert_equivalent(net, subs, profiles, Delays(seed=seed))
-    one = refused_lines(subs, profiles)
+    one = refused_lines(subs)
     assert {d["source"]["line"] for d in out.dead_letters if "disagrees" in d["reason"]} == one
     sites = {m["site"] for m in out.matches if m["subscription_id"][0] != "p"}
     event(f"records at several sites: {len(sites) > 1}")
@@ -127,14 +136,12 @@ def test_groups_across_sites_equal_one_matcher(data, tree, routing, seed):
     event(f"refused: {bool(one)}")
 
 
-def refused_lines(subs: list[dict], profiles: list[dict]) -> set[int]:
-    """The lines of the subscribes one matcher refuses (their group disagrees)."""
+def refused_lines(subs: list[dict]) -> set[int]:
+    """The lines of the subscribes one matcher refuses (their group disagrees), an id
+    used at two sites qualified by site (ROUTING §1)."""
     items = [
         Input("subscription", json.dumps(r), Source(file="subs", line=i))
-        for i, r in enumerate(subs, start=1)
-    ] + [
-        Input("profile", json.dumps(r), Source(file="profiles", line=i))
-        for i, r in enumerate(profiles, start=1)
+        for i, (_, r) in enumerate(qualified([("subscription", r) for r in subs]), start=1)
     ]
     out = Engine().process_batch(items)
     return {
@@ -171,7 +178,7 @@ def test_streaming_sites_deliver_as_one_matcher(data, tree, routing, seed):
         for v in letters
         if b"disagrees" in v
     }
-    assert len(refused) == len(refused_lines(subs, profiles))
+    assert len(refused) == len(refused_lines(subs))
     event(f"refused: {bool(refused)}")
 
 
