@@ -161,8 +161,16 @@ def test_streaming_sites_deliver_as_one_matcher(data, tree, routing, seed):
     order, links = tree
     subs, profiles = data.draw(placed(order))
     records = qualified([("subscription", r) for r in subs] + [("profile", r) for r in profiles])
-    subs = [r for kind, r in records if kind == "subscription"]
-    profiles = [r for kind, r in records if kind == "profile"]
+    # (one matcher's order at one ts is the input's; a streaming site's, its index in the
+    # network file: make them one, as a group's choice at one ts depends on it)
+    rank = {name: i for i, name in enumerate(order)}
+    subs = sorted(
+        (r for kind, r in records if kind == "subscription"),
+        key=lambda r: (r["ts"], rank[r["site"]]),
+    )
+    profiles = sorted(
+        (r for kind, r in records if kind == "profile"), key=lambda r: (r["ts"], rank[r["site"]])
+    )
     net = parse_network(with_bootstraps(network_toml(list(order), links, *routing), order))
     live_until = None
     if data.draw(st.booleans()):  # a live run: the sites' clocks pass every record and timer

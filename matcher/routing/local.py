@@ -104,7 +104,7 @@ class LocalSource:
             else:
                 self._plain(key, record)
         elif isinstance(record, Unsubscribe):
-            if self._unrelocate(record.space, record.id, key.ts) is not None:
+            if self._unrelocate(record.space, record.id) is not None:
                 self._send("unsubscribe", key, record.space, (record.id,))
             else:
                 self._unsubscribe(key, record)
@@ -154,11 +154,14 @@ class LocalSource:
     def _plain(self, key: Key, rec: Subscribe) -> None:
         """A subscribe held here; a version of its id held at the selecting site ends
         there (`leave`), and this one's pairs begin `changed` (docs/DELIVERY.md §6)."""
-        if self._unrelocate(rec.space, rec.id, key.ts) is None:
+        old = self._unrelocate(rec.space, rec.id)
+        if old is None:
             self.subscribe(key, rec)
             return
+        # (sent even if the version relayed has expired: the selecting site may hold an
+        # older one, where it refused the last; it ends what it holds, if anything)
         self._send("leave", key, rec.space, (rec.id,))
-        self.subscribe(key, rec, Arrive(rec))
+        self.subscribe(key, rec, Arrive(rec) if old.valid_to >= key.ts else None)
 
     def _relay(self, key: Key, rec: Subscribe, handle: Any) -> None:
         """A subscribe with delivery fields: relayed to its space's selecting site; a
@@ -184,8 +187,8 @@ class LocalSource:
             )
         )
 
-    def _unrelocate(self, space: str, ident: str, ts: int) -> Subscribe | None:
-        """Forget a relayed version of an id; it, if it was still live at `ts`."""
+    def _unrelocate(self, space: str, ident: str) -> Subscribe | None:
+        """Forget the version of an id last relayed; it, if there was one."""
         rec = self._relocated.pop((space, ident), None)
         if rec is None:
             return None
@@ -193,7 +196,7 @@ class LocalSource:
         mine.discard((space, ident))
         if not mine:
             del self._relocated_by[rec.subscriber]
-        return rec if rec.valid_to >= ts else None
+        return rec
 
     def _send(self, op: str, key: Key, space: str, ids: tuple[str, ...], home: str = "") -> None:
         target = self.selecting(space)
@@ -338,14 +341,12 @@ class LocalSource:
             records = [self._subs[h][1] for h in held]
             for space, ident in held:
                 self._drop_sub(space, ident)
-            relayed = [self._relocated[h] for h in away]
-            # (every space where she has relayed any, live or not: the selecting site
-            # evicts at the move what expired before it, records for this site)
-            spaces = sorted({space for space, _ in self._relocated_by.get(ask.client, ())})
-            for space, ident in list(self._relocated_by.get(ask.client, ())):
-                self._unrelocate(space, ident, key.ts)
-            for space in spaces:
-                ids = tuple(ident for s, ident in away if s == space)
+            # (all she relayed, live or not here: the selecting site knows what it holds,
+            # and evicts at the move what expired before it, records for this site)
+            relayed_ids = sorted(self._relocated_by.get(ask.client, ()))
+            relayed = [self._unrelocate(space, ident) for space, ident in relayed_ids]
+            for space in sorted({space for space, _ in relayed_ids}):
+                ids = tuple(ident for s, ident in relayed_ids if s == space)
                 self._send("rehome", key, space, ids, ask.target)
             for space in sorted({r.space for r in records}):
                 ids = tuple(r.id for r in records if r.space == space)

@@ -185,7 +185,8 @@ class Hosted:
             if m.op == "subscribe":
                 self._subscribe(key, m)
             elif m.op == "unsubscribe":
-                source.feed(key, Unsubscribe(m.space, m.ids[0], key.ts))
+                item = Unsubscribe(m.space, m.ids[0], key.ts)
+                source.unsubscribe(key, m.space, m.ids[0], item)
             elif m.op == "leave":
                 item = Leave(m.space, m.ids[0], key.ts)
                 source.unsubscribe(key.next(LEAVE), m.space, m.ids[0], item)

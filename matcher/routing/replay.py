@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import bisect
 import json
-import math
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
@@ -248,10 +247,10 @@ def site_streams(result: Result) -> dict[str, list[dict[str, Any]]]:
         keyed: list[tuple[tuple, dict[str, Any]]] = []
         for space, cause, rank, event in events:
             order = _sort_key(causes[space], space, cause, rank, event)
-            place = order[2] if order[0] == 0 else (math.inf,)
+            at = (order[0], order[2])  # (0, a place in event time), or (1, ()) at the end
             if rank[0] == 0 and cause is not None:  # (evicted where it was, at a move)
-                place = min(place, _place(cause))
-            keyed.append(((order[0], place, 0, order), event))
+                at = min(at, (0, _place(cause)))
+            keyed.append(((*at, 0, order), event))
         for key, marker in result.markers.get(site, []):
             keyed.append(((0, _place(key), 1, ()), marker))
         keyed.sort(key=lambda pair: pair[0])
