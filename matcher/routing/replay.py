@@ -19,11 +19,12 @@ gives the same input in one batch (`tsm replay`): space by space, by the
 record that caused each (SEMANTICS §5), the records of one cause by the other
 side's id; an expiry is placed where one matcher meets it, before the first
 record of its space with a larger ts (or at the end). Each record gets a
-`site` field: the subscriber's site, where it was made. The `moved` records
+`site` field: the subscriber's site, where it is written (and made, but for
+a member's, made at its space's selecting site: docs/DELIVERY.md §9). The `moved` records
 of moves (ROUTING §5) follow, in event-time order. `site_streams` gives each
-site's records as its own matches topic holds them: in the order the site
-decides them, each `moved` record after everything its site made for the
-subscriber before the move (what `--follow-moves` reads).
+site's records as its own matches topic holds them: in event time, each at
+its place in one matcher's order, each `moved` record after everything made
+for the subscriber there before the move (what `--follow-moves` reads).
 """
 
 from __future__ import annotations
