@@ -167,8 +167,8 @@ class Hosted:
         self._heap: list[tuple[Key, int, Member]] = []
         self._n = 0
         self.wm = NEVER
-        # (space, id) -> [(key from which, home)], in key order
-        self.homes: dict[tuple[str, str], list[tuple[Key, str]]] = {}
+        # (space, id) -> [(key from which, home, or None: not hosted)], in key order
+        self.homes: dict[tuple[str, str], list[tuple[Key, str | None]]] = {}
         self.groups: dict[tuple[str, str], set[str]] = {}  # (space, group) -> ids
         self.refused: list[tuple[str, Any, str]] = []  # (home, handle, reason)
 
@@ -184,12 +184,16 @@ class Hosted:
             source.release(key)
             if m.op == "subscribe":
                 self._subscribe(key, m)
-            elif m.op == "unsubscribe":
-                item = Unsubscribe(m.space, m.ids[0], key.ts)
-                source.unsubscribe(key, m.space, m.ids[0], item)
-            elif m.op == "leave":
-                item = Leave(m.space, m.ids[0], key.ts)
-                source.unsubscribe(key.next(LEAVE), m.space, m.ids[0], item)
+            elif m.op in ("unsubscribe", "leave"):
+                if m.op == "unsubscribe":
+                    item: Any = Unsubscribe(m.space, m.ids[0], key.ts)
+                    source.unsubscribe(key, m.space, m.ids[0], item)
+                else:
+                    item = Leave(m.space, m.ids[0], key.ts)
+                    source.unsubscribe(key.next(LEAVE), m.space, m.ids[0], item)
+                homes = self.homes.get((m.space, m.ids[0]))
+                if homes:  # (hosted no more: a version of the id held here later is not)
+                    homes.append((key.next(key.seq + 1), None))
             else:
                 live = tuple(i for i in m.ids if source.held_sub(m.space, i) is not None)
                 after = key.next(key.seq + 1)  # (what the move evicts stays the old home's)
@@ -240,7 +244,8 @@ class Hosted:
         }
 
     def home_of(self, space: str, ident: str, cause: Key | None) -> str | None:
-        """The home of a hosted id for a record caused at `cause` (None: the end)."""
+        """The home of a hosted id for a record caused at `cause` (None: the end), or
+        None where the id is not hosted then (a plain version of it may be held here)."""
         homes = self.homes.get((space, ident))
         if not homes:
             return None

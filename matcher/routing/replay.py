@@ -245,14 +245,22 @@ def site_streams(result: Result) -> dict[str, list[dict[str, Any]]]:
     causes = _causes(result)
     out = {}
     for site, events in result.events.items():
+        markers = result.markers.get(site, [])
+        moves: dict[str, list[Key]] = defaultdict(list)  # subscriber -> her moves away
+        for key, marker in sorted(markers, key=lambda pair: pair[0]):
+            moves[marker["subscriber"]].append(key)
         keyed: list[tuple[tuple, dict[str, Any]]] = []
         for space, cause, rank, event in events:
             order = _sort_key(causes[space], space, cause, rank, event)
             at = (order[0], order[2])  # (0, a place in event time), or (1, ()) at the end
-            if rank[0] == 0 and cause is not None:  # (evicted where it was, at a move)
-                at = min(at, (0, _place(cause)))
+            away = moves.get(event["subscriber"], ())
+            if rank[0] == 0 and cause is not None and away:
+                # (what the site evicted before she left it stays before her `moved`)
+                nxt = bisect.bisect_left(away, cause)
+                if nxt < len(away):
+                    at = min(at, (0, _place(away[nxt])))
             keyed.append(((*at, 0, order), event))
-        for key, marker in result.markers.get(site, []):
+        for key, marker in markers:
             keyed.append(((0, _place(key), 1, ()), marker))
         keyed.sort(key=lambda pair: pair[0])
         out[site] = [event for _, event in keyed]
