@@ -25,6 +25,7 @@ import numpy as np
 from matcher.admission import Input, dead_letter, decode_input, in_order, late_letter, state_keys
 from matcher.delivery.histograms import Histograms
 from matcher.delivery.layer import Cause, Delivery
+from matcher.delivery.options import disagreement
 from matcher.double_forest import DoubleForest
 from matcher.errors import SettingError
 from matcher.events import event_dict
@@ -48,8 +49,10 @@ from matcher.watermark import EventClock, event_time
 Keyed = tuple[str | tuple[str, int], Any]
 # A pair change of a subscription with delivery fields, held back for `Delivery`.
 _HELD_BACK = object()
-# The events `Delivery` makes of a step rank after the step's own: by keys past any id.
-_LAST = "\U0010ffff"
+# The events `Delivery` makes of a step rank after the step's own: by keys past any id
+# (`matcher.routing.replay` reads them so).
+DELIVERY_RANK = "\U0010ffff"
+_LAST = DELIVERY_RANK
 
 
 def _due(heap: list[tuple[float, int, str, str]], until: float) -> list[tuple]:
@@ -391,16 +394,7 @@ class SpaceMatcher:
         for member in self.groups.get(options.group, ()):
             if member == rec.id:
                 continue
-            theirs = self.subs[member].record.options
-            if theirs.policy == options.policy:
-                return None
-            mode, k, near = theirs.policy
-            named = f", near on {list(near)}" if near else ""
-            return (
-                f"delivery disagrees with group {options.group!r}, whose members have "
-                f"mode {mode}, k {k}{named}: every member of a group must agree (or name "
-                "another group)"
-            )
+            return disagreement(options, self.subs[member].record.options)
         return None
 
     def _first_cell(self) -> bool:
@@ -555,19 +549,47 @@ class SpaceMatcher:
             self.__dict__.setdefault("_refused", []).append((rec, problem))
             return []
         old = self.subs.get(rec.id)
-        out: list[Keyed] = []
         if old is not None and (old.record.options is None) != (rec.options is None):
-            ended = [((pid, 0), e) for pid, e in self._end_sub(old, "changed", rec.ts)]
-            cause = Cause("subscription", rec.id, old, "changed", rec.ts, gone=True)
-            out = self._deliver(cause, ended, tuple_keys=True, first=True)
-            events = self._upsert_sub(rec, None, "changed")
-            cause = Cause("subscription", rec.id, None, "changed", rec.ts)
-        else:
-            events = self._upsert_sub(rec, old, "changed" if old else "new-subscription")
-            cause = Cause(
-                "subscription", rec.id, old, "changed" if old else "new-subscription", rec.ts
-            )
-        return out + self._deliver(cause, events, tuple_keys=True)
+            return self._end_as_changed(old, rec.ts) + self._begin_as_changed(rec)
+        events = self._upsert_sub(rec, old, "changed" if old else "new-subscription")
+        cause = Cause("subscription", rec.id, old, "changed" if old else "new-subscription", rec.ts)
+        return self._deliver(cause, events, tuple_keys=True)
+
+    def _end_as_changed(self, old: Held, ts: int) -> list[Keyed]:
+        """The first half of a subscribe whose version gains or loses delivery fields:
+        the old version ends, `unmatch` (`changed`) for each pair it had delivered
+        (its delivery records ranked before the record's own)."""
+        ended = [((pid, 0), e) for pid, e in self._end_sub(old, "changed", ts)]
+        cause = Cause("subscription", old.record.id, old, "changed", ts, gone=True)
+        return self._deliver(cause, ended, tuple_keys=True, first=True)
+
+    def _begin_as_changed(self, rec: Subscribe) -> list[Keyed]:
+        """The second half: the new version's pairs begin as a new subscription's
+        would, reason `changed`."""
+        events = self._upsert_sub(rec, None, "changed")
+        cause = Cause("subscription", rec.id, None, "changed", rec.ts)
+        return self._deliver(cause, events, tuple_keys=True)
+
+    def leave_ranked(self, ident: str, ts: int) -> list[tuple[tuple, dict[str, Any]]]:
+        """A network's half of such a subscribe where the new version is held at another
+        site (`matcher.routing`, docs/DELIVERY.md §9): evict what expired before `ts`,
+        then end the held version as `_end_as_changed` does; ranked as `apply_ranked`.
+        Nothing if `ident` is not held. O(its pairs)."""
+        out = self.expire_ranked(ts)
+        held = self.subs.get(ident)
+        if held is not None:
+            out += [((1, o), e) for o, e in self._end_as_changed(held, ts)]
+        return out
+
+    def arrive_ranked(self, rec: Subscribe) -> list[tuple[tuple, dict[str, Any]]]:
+        """The other half, where the old version was held at another site: evict what
+        expired before its ts, then hold `rec` as `_begin_as_changed` does (a version
+        of the id held here is replaced silently). Ranked as `apply_ranked`."""
+        out = self.expire_ranked(rec.ts)
+        held = self.subs.get(rec.id)
+        if held is not None:
+            self._drop(self.subs, "subscription", held)
+        return out + [((1, o), e) for o, e in self._begin_as_changed(rec)]
 
     def _upsert_sub(self, rec: Subscribe, old: Held | None, reason: str) -> list[Keyed]:
         """§4 for a subscribe: `match` where a pair begins to hold, `unmatch` where one

@@ -54,6 +54,7 @@ runs again after a crash writes the same records, with the same numbers.
 
 from __future__ import annotations
 
+import base64
 import json
 import math
 from dataclasses import dataclass, field, replace
@@ -64,6 +65,7 @@ from matcher.errors import RecordError
 from matcher.events import encode
 from matcher.records import Source
 from matcher.routing import wire
+from matcher.routing.members import Delivered
 from matcher.routing.moves import Move, move_key
 from matcher.routing.network import Network
 from matcher.routing.offline import LinkCounts
@@ -143,13 +145,16 @@ class SiteJob:
             # what this site's producers are told: every subscriber's interest that
             # reaches here, as a covering root set, each filter under its own key
             quench = replace(net, routing="covering", advertisements=False)
-            sources = [("local", "interest")] + [(n, "interest") for n in topics.inbound]
+            sources = [("local", "interest"), ("hosted", "interest")]
+            sources += [(n, "interest") for n in topics.inbound]
             self.site.add_port(InterestPort(PRODUCERS, quench), sources)
         clients = topics.topics
         self.kinds = {clients.subscriptions: "subscription", clients.profiles: "profile"}
         self.from_link = {topic: n for n, topic in topics.inbound.items()}
         self.local_wm = NEVER
-        self.pending: list[tuple[Key, Any, tuple[bytes, Source]]] = []
+        # (the handle of a record: its bytes in base64 and where it was read, as JSON: a
+        # member's travels to its space's selecting site, which may refuse it)
+        self.pending: list[tuple[Key, Any, list]] = []
         self.read_to: dict[tuple[str, int], int] = {}  # next offset of each input partition
         self.ends: dict[tuple[str, int], int] | None = None  # where the clients' input ends
         self.quiet_since: int | None = None  # tick time since the clients sent nothing
@@ -190,8 +195,21 @@ class SiteJob:
 
     @property
     def done(self) -> bool:
-        """Every stage has passed the end: nothing more can come or go."""
-        return all(stage.done == END for stage in self.site.stages)
+        """Every stage and plane has passed the end: nothing more can come or go."""
+        return self.passed(END)
+
+    def passed(self, until: float) -> bool:
+        """Every stage has handled what lies below `until`, and so has every plane of
+        delivered records (their own sent, every neighbour's read)."""
+        site = self.site
+        members = site.members
+        delivered = [*members.wm_from["delivered"].values(), *members.sent_wm["delivered"].values()]
+        return (
+            all(stage.done >= until for stage in site.stages)
+            and site.hosted.wm >= until
+            and members.idle
+            and all(wm >= until for wm in delivered)
+        )
 
     def _control(self, rows: list[KafkaRow]) -> int | None:
         """Apply the control records; the last tick's time, if any."""
@@ -227,6 +245,7 @@ class SiteJob:
             if letter is not None:
                 out.dead_letters.append((None, encode(letter)))
                 continue
+            handle = [base64.b64encode(raw).decode(), row.topic, row.partition, row.offset]
             position = (self.index, row.partition, row.offset)
             if isinstance(record, Move):
                 key = move_key(record.ts, kind, position)
@@ -234,7 +253,7 @@ class SiteJob:
                 self.max_ts = max(self.max_ts, record.ts)
             else:
                 key = record_key(record.ts, kind, position)
-            self.pending.append((key, record, (raw, source)))
+            self.pending.append((key, record, handle))
         wm = max(start_wm, batch_wm)
         if self.ends is not None and all(
             self.read_to.get(tp, 0) >= end for tp, end in self.ends.items()
@@ -261,8 +280,8 @@ class SiteJob:
         dead letters, and what it let through counts toward the largest ts."""
         made = self.site.run()
         local = self.site.local
-        for (raw, source), reason in local.refused:
-            out.dead_letters.append((None, encode(dead_letter(reason, raw, source))))
+        for handle, reason in local.refused:
+            out.dead_letters.append((None, _letter(handle, reason)))
         local.refused.clear()
         if local.accepted:
             self.max_ts = max(self.max_ts, local.max_ts)
@@ -336,16 +355,31 @@ class SiteJob:
             for space, m in matcher.spaces.items():
                 for rank, event in m.expire_ranked(until):
                     matcher.events.append((space, None, rank, event))
+        site = self.site
+        for home, _, _, _, event in site.shipped():  # (to their homes, next step)
+            site.members.send(Delivered(home, event))
+        for home, handle, reason in site.hosted.refused:
+            site.members.send(Delivered(home, None, handle, reason))
+        site.hosted.refused.clear()
         for event in decided_order(matcher.events, matcher.markers):
             out.matches.append((str(event["subscriber"]).encode(), encode(event)))
+        for delivered in site.members.arrived:  # (made at a selecting site for ours)
+            if delivered.event is not None:
+                event = delivered.event
+                out.matches.append((str(event["subscriber"]).encode(), encode(event)))
+            else:
+                out.dead_letters.append((None, _letter(delivered.handle, delivered.reason)))
+        site.members.arrived.clear()
         matcher.events.clear()
         matcher.markers.clear()
+        site.delivered_wm = matcher.done
 
     # -- what the progress log and `tsm net status` show --------------------------
 
     def report(self) -> dict[str, Any]:
-        """The site's watermarks, the ts of a move it waits at for its handover, and,
-        per outbound link, the §6 counts."""
+        """The site's watermarks, the ts of a move it waits at for its handover, per
+        outbound link the §6 counts, and the members it holds per space it selects
+        for, with their histograms (docs/DELIVERY.md §9)."""
         waiting = self.site.stage.waiting
         return {
             "site": self.name,
@@ -358,14 +392,27 @@ class SiteJob:
                 f"{n}->{self.name}": {p: _ts(w) for p, w in marks.items()}
                 for n, marks in self.inbound_wm.items()
             },
+            # the spaces whose members this site holds, as their selecting site
+            "members": self.site.hosted.summary(),
             "done": self.done,
         }
+
+
+def _letter(handle: list, reason: str) -> bytes:
+    """The dead letter of a record of the site's clients, by its handle."""
+    raw, topic, partition, offset = handle
+    source = Source(topic=topic, partition=partition, offset=offset)
+    return encode(dead_letter(reason, base64.b64decode(raw), source))
 
 
 def _plane(message: wire.Message) -> str:
     """The plane a link record belongs to."""
     if isinstance(message, wire.ProfileForward):
         return "profile"
+    if isinstance(message, wire.Member):
+        return "member"
+    if isinstance(message, wire.Delivered):
+        return "delivered"
     if isinstance(message, wire.Ask):
         return "ask"
     if isinstance(message, wire.Handover):

@@ -62,6 +62,7 @@ def test_net_status_of_a_network_not_up(net, tmp_path, capsys):
         "local_watermark": None,
         "matcher_watermark": None,
         "done": False,
+        "members": {},
     }
     assert status["links"] == {}
 

@@ -127,7 +127,7 @@ def run_network(
     def finished(job) -> bool:
         if live_until is None:
             return job.done
-        return not job.pending and all(s.done >= live_until for s in job.site.stages)
+        return not job.pending and job.passed(live_until)
 
     for _ in range(2000):
         if all(finished(job) for job in jobs.values()):

@@ -305,6 +305,7 @@ def _status(args: argparse.Namespace) -> int:
             "local_watermark": report.get("local_watermark"),
             "matcher_watermark": report.get("matcher_watermark"),
             "done": report.get("done", False),
+            "members": report.get("members", {}),  # (the spaces it selects for: DELIVERY §9)
         }
     links = {}
     for report in reports.values():

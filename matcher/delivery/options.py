@@ -157,3 +157,17 @@ def options_of(obj: dict[str, Any], relation: str) -> Options | None:
         group, mode, k, near, _duration(obj, "dwell_ms"), _duration(obj, "exit_dwell_ms"), margin
     )
     return None if options == Options() else options
+
+
+def disagreement(options: Options, theirs: Options) -> str | None:
+    """Why a subscribe's delivery `options` are refused where a held member of its
+    group has `theirs` (§1: members agree on mode, k and `near`'s attributes), or None."""
+    if theirs.policy == options.policy:
+        return None
+    mode, k, near = theirs.policy
+    named = f", near on {list(near)}" if near else ""
+    return (
+        f"delivery disagrees with group {options.group!r}, whose members have "
+        f"mode {mode}, k {k}{named}: every member of a group must agree (or name "
+        "another group)"
+    )

@@ -13,6 +13,7 @@ Modules, from the bottom up:
 | `adverts` | advertisements: records, a site's own, which profiles they admit |
 | `forwarding` | which profiles go over a link: interest, catch-up, what the neighbour holds |
 | `moves` | a client's `move` (§5): its record, asks, handovers; a site's own input stage |
+| `members` | delivery subscriptions held at their space's selecting site (DELIVERY.md §9) |
 | `local` | a site's own records as the keyed items its parts take; what a move hands over |
 | `site` | a site: its matcher and, per neighbour, the advert, interest and profile ports |
 | `offline` | every site in one process, with seeded link delays (`tsm replay --network`) |

@@ -25,10 +25,13 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections.abc import Callable
 from typing import Any
 
+from matcher.delivery.margin import routing_filters
 from matcher.records import OPEN, Publish, Retract, Subscribe, Unsubscribe, from_state, to_state
 from matcher.routing.adverts import Advertise, LocalAdverts, Unadvertise
+from matcher.routing.members import LEAVE, Arrive, Leave, Member
 from matcher.routing.moves import Ask, Handover, Marker, Move, ProfileMoved, SubsMoved
 from matcher.routing.order import EXPIRY, Key
 
@@ -54,9 +57,22 @@ def _end(valid_to: float, key: Key) -> Key:
 class LocalSource:
     """One site's own records as keyed items (see the module docstring)."""
 
-    def __init__(self, site: str, *, advertisements: bool) -> None:
+    def __init__(
+        self,
+        site: str,
+        *,
+        advertisements: bool,
+        selecting: Callable[[str], str] | None = None,
+    ) -> None:
         self.site = site
         self.advertisements = advertisements
+        # a space's selecting site, where subscriptions with delivery fields are relayed
+        # (`members`); None: this source holds them itself (the selecting site's own)
+        self.selecting = selecting
+        self.relayed: list[Member] = []  # made, not yet sent
+        # (space, id) -> the version relayed, and per subscriber the ids relayed
+        self._relocated: dict[tuple[str, str], Subscribe] = {}
+        self._relocated_by: dict[str, set[tuple[str, str]]] = {}
         self.out: list[tuple[Key, Item]] = []
         self.refused: list[tuple[Any, str]] = []  # (the record's handle, reason)
         self._timers: list[tuple[Key, int, str, str, int]] = []
@@ -83,9 +99,15 @@ class LocalSource:
         if isinstance(record, Subscribe | Unsubscribe | Retract):
             self.accepted.append((record.space, key))
         if isinstance(record, Subscribe):
-            self._subscribe(key, record)
+            if self.selecting is not None and record.options is not None:
+                self._relay(key, record, handle)
+            else:
+                self._plain(key, record)
         elif isinstance(record, Unsubscribe):
-            self._unsubscribe(key, record)
+            if self._unrelocate(record.space, record.id) is not None:
+                self._send("unsubscribe", key, record.space, (record.id,))
+            else:
+                self._unsubscribe(key, record)
         elif isinstance(record, Publish):
             self._publish(key, record, handle)
         elif isinstance(record, Retract):
@@ -118,10 +140,71 @@ class LocalSource:
         """The largest ts of the subscriptions and profiles let through."""
         return self.accepted[-1][1].ts if self.accepted else -math.inf
 
+    def held_subs(self) -> list[Subscribe]:
+        """Every subscription held here (not relayed), by (space, id). O(n log n)."""
+        return [self._subs[key][1] for key in sorted(self._subs)]
+
+    def held_sub(self, space: str, ident: str) -> Subscribe | None:
+        """The version of a subscription held here (not relayed), if any."""
+        held = self._subs.get((space, ident))
+        return None if held is None else held[1]
+
     # -- subscriptions -------------------------------------------------------
 
-    def _subscribe(self, key: Key, rec: Subscribe) -> None:
-        self.out.append((key, ("sub", rec)))
+    def _plain(self, key: Key, rec: Subscribe) -> None:
+        """A subscribe held here; a version of its id held at the selecting site ends
+        there (`leave`), and this one's pairs begin `changed` (docs/DELIVERY.md §6)."""
+        old = self._unrelocate(rec.space, rec.id)
+        if old is None:
+            self.subscribe(key, rec)
+            return
+        # (sent even if the version relayed has expired: the selecting site may hold an
+        # older one, where it refused the last; it ends what it holds, if anything)
+        self._send("leave", key, rec.space, (rec.id,))
+        self.subscribe(key, rec, Arrive(rec) if old.valid_to >= key.ts else None)
+
+    def _relay(self, key: Key, rec: Subscribe, handle: Any) -> None:
+        """A subscribe with delivery fields: relayed to its space's selecting site; a
+        version of its id held here ends, `changed` (its new one begins there so)."""
+        old = self._drop_sub(rec.space, rec.id)
+        if old is not None:
+            self.out.append((key.next(LEAVE), ("sub", Leave(rec.space, rec.id, rec.ts))))
+            self._interest(key, "remove", old)
+        self._relocated[rec.space, rec.id] = rec
+        self._relocated_by.setdefault(rec.subscriber, set()).add((rec.space, rec.id))
+        target = self.selecting(rec.space)
+        self.relayed.append(
+            Member(
+                "subscribe",
+                rec.space,
+                (rec.id,),
+                self.site,
+                target,
+                key,
+                to_state(rec),
+                replaces=old is not None,
+                handle=handle,
+            )
+        )
+
+    def _unrelocate(self, space: str, ident: str) -> Subscribe | None:
+        """Forget the version of an id last relayed; it, if there was one."""
+        rec = self._relocated.pop((space, ident), None)
+        if rec is None:
+            return None
+        mine = self._relocated_by[rec.subscriber]
+        mine.discard((space, ident))
+        if not mine:
+            del self._relocated_by[rec.subscriber]
+        return rec
+
+    def _send(self, op: str, key: Key, space: str, ids: tuple[str, ...], home: str = "") -> None:
+        target = self.selecting(space)
+        self.relayed.append(Member(op, space, ids, home or self.site, target, key))
+
+    def subscribe(self, key: Key, rec: Subscribe, item: Any = None) -> None:
+        """Hold a subscription, its matcher item `item` (the record itself by default)."""
+        self.out.append((key, ("sub", rec if item is None else item)))
         old = self._drop_sub(rec.space, rec.id)
         self._interest(key, "add", rec)
         if old is not None:
@@ -147,13 +230,17 @@ class LocalSource:
         return old[1]
 
     def _unsubscribe(self, key: Key, rec: Unsubscribe) -> None:
-        self.out.append((key, ("sub", rec)))
-        old = self._drop_sub(rec.space, rec.id)
+        self.unsubscribe(key, rec.space, rec.id, rec)
+
+    def unsubscribe(self, key: Key, space: str, ident: str, item: Any) -> None:
+        """Drop a subscription; `item` for the matcher (an `Unsubscribe`, or a `Leave`)."""
+        self.out.append((key, ("sub", item)))
+        old = self._drop_sub(space, ident)
         if old is not None:
             self._interest(key, "remove", old)
 
     def _interest(self, key: Key, op: str, rec: Subscribe) -> None:
-        for conj in rec.predicate:
+        for conj in routing_filters(rec):
             self.out.append((key, ("interest", op, rec.space, conj)))
 
     # -- profiles ------------------------------------------------------------
@@ -239,7 +326,12 @@ class LocalSource:
             )
         if ask.kind == "subscription":
             held = sorted(self._by_subscriber.get(ask.client, ()))
-            if not held:
+            away = [
+                (space, ident)
+                for space, ident in sorted(self._relocated_by.get(ask.client, ()))
+                if self._relocated[space, ident].valid_to >= key.ts
+            ]
+            if not held and not away:
                 return _refusal(
                     ask,
                     f"nothing to move: {_who(ask)} has no live subscription at "
@@ -249,12 +341,20 @@ class LocalSource:
             records = [self._subs[h][1] for h in held]
             for space, ident in held:
                 self._drop_sub(space, ident)
+            # (all she relayed, live or not here: the selecting site knows what it holds,
+            # and evicts at the move what expired before it, records for this site)
+            relayed_ids = sorted(self._relocated_by.get(ask.client, ()))
+            relayed = [self._unrelocate(space, ident) for space, ident in relayed_ids]
+            for space in sorted({space for space, _ in relayed_ids}):
+                ids = tuple(ident for s, ident in relayed_ids if s == space)
+                self._send("rehome", key, space, ids, ask.target)
             for space in sorted({r.space for r in records}):
                 ids = tuple(r.id for r in records if r.space == space)
                 self.out.append((key, ("sub", SubsMoved(space, ids, (), key.ts))))
             self.out.append((key, ("sub", Marker(ask.client, ask.target, key.ts))))
             for rec in records:
                 self._interest(key.next(1), "remove", rec)
+            records += relayed
         else:
             held_pub = self._profiles.get((ask.space, ask.client))
             if held_pub is None:
@@ -289,6 +389,12 @@ class LocalSource:
         self._left.pop(move.client_key, None)
         records = [from_state(text) for text in handover.records]
         if move.kind == "subscription":
+            relayed = [r for r in records if r.options is not None and self.selecting]
+            records = [r for r in records if r not in relayed]
+            for rec in relayed:  # (held at their space's selecting site, which knows)
+                assert isinstance(rec, Subscribe)
+                self._relocated[rec.space, rec.id] = rec
+                self._relocated_by.setdefault(rec.subscriber, set()).add((rec.space, rec.id))
             for rec in records:
                 assert isinstance(rec, Subscribe)
                 old = self._drop_sub(rec.space, rec.id)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import re
 import tomllib
+import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -86,6 +87,28 @@ class Network:
                     seen.add(n)
                     todo.append(n)
         return seen - {site}
+
+    def selecting_site(self, space: str) -> str:
+        """The site that holds every subscription with delivery fields of `space` and
+        runs its delivery policies (docs/DELIVERY.md §9): a pure function of the
+        space's name and the sites' names, the same at every site. O(sites)."""
+        names = sorted(self.names)
+        return names[zlib.crc32(space.encode("utf-8", "surrogatepass")) % len(names)]
+
+    def path(self, start: str, end: str) -> list[str]:
+        """The sites from `start` to `end` along the tree, both ends included. O(sites)."""
+        back = {start: start}
+        todo = [start]
+        while todo:
+            here = todo.pop()
+            for n in self._neighbours[here]:
+                if n not in back:
+                    back[n] = here
+                    todo.append(n)
+        out = [end]
+        while out[-1] != start:
+            out.append(back[out[-1]])
+        return out[::-1]
 
     def directed_links(self) -> list[tuple[str, str]]:
         """Every link in both directions, sorted."""

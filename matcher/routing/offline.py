@@ -65,6 +65,8 @@ class LinkCounts:
     watermarks: int = 0
     move_messages: int = 0  # asks and handovers (ROUTING §5)
     handover_records: int = 0  # subscriptions and profiles handed over
+    member_messages: int = 0  # subscriptions with delivery fields relayed (DELIVERY §9)
+    delivered_records: int = 0  # records relayed from a selecting site to a home
 
     def to_json(self) -> dict[str, int]:
         return dict(self.__dict__)
@@ -77,6 +79,10 @@ class LinkCounts:
                 self.interest_messages += 1
             else:
                 self.advert_messages += 1
+        elif isinstance(message, wire.Member):
+            self.member_messages += 1
+        elif isinstance(message, wire.Delivered):
+            self.delivered_records += 1
         elif isinstance(message, wire.Ask | wire.Handover):
             self.move_messages += 1
             if isinstance(message, wire.Handover):
@@ -218,11 +224,15 @@ class OfflineNetwork:
             for _, cause, rank, _ in site.matcher.events
             if cause is not None and rank[0] == 1 and cause in arrived
         ]
+        refused = [(name, h, reason) for name, s in sites.items() for h, reason in s.local.refused]
+        for site in sites.values():
+            refused += site.hosted.refused
+            self._ship(site, sites, links)
         return Result(
             {name: s.matcher.events for name, s in sites.items()},
             links,
             dict(forwarded),
-            [(name, h, reason) for name, s in sites.items() for h, reason in s.local.refused],
+            refused,
             [a for s in sites.values() for a in s.local.accepted],
             now,
             deliveries,
@@ -230,3 +240,15 @@ class OfflineNetwork:
             {name: s.matcher.markers for name, s in sites.items()},
             [at - arrived[key] for s in sites.values() for key, at in s.moved_at.items()],
         )
+
+    def _ship(self, site: Site, sites: dict[str, Site], links: dict) -> None:
+        """The records a selecting site made for members of other homes, to those homes
+        (DELIVERY §9), counted on each link of the way. (Offline, they go at the end:
+        the output's order is one matcher's whatever the time they arrive.)"""
+        for home, space, cause, rank, event in site.shipped():
+            sites[home].matcher.events.append((space, cause, rank, event))
+            path = self.net.path(site.name, home)
+            size = len(wire.encode(wire.Delivered(home, event)))
+            for direction in zip(path, path[1:], strict=False):
+                links[direction].delivered_records += 1
+                links[direction].bytes += size

@@ -19,11 +19,12 @@ gives the same input in one batch (`tsm replay`): space by space, by the
 record that caused each (SEMANTICS §5), the records of one cause by the other
 side's id; an expiry is placed where one matcher meets it, before the first
 record of its space with a larger ts (or at the end). Each record gets a
-`site` field: the subscriber's site, where it was made. The `moved` records
+`site` field: the subscriber's site, where it is written (and made, but for
+a member's, made at its space's selecting site: docs/DELIVERY.md §9). The `moved` records
 of moves (ROUTING §5) follow, in event-time order. `site_streams` gives each
-site's records as its own matches topic holds them: in the order the site
-decides them, each `moved` record after everything its site made for the
-subscriber before the move (what `--follow-moves` reads).
+site's records as its own matches topic holds them: in event time, each at
+its place in one matcher's order, each `moved` record after everything made
+for the subscriber there before the move (what `--follow-moves` reads).
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from matcher.admission import dead_letter
-from matcher.engine import Held, Input
+from matcher.engine import DELIVERY_RANK, Held, Input
 from matcher.errors import RecordError
 from matcher.events import profile_digest
 from matcher.records import Publish, decode, to_state, version_of
@@ -44,7 +45,7 @@ from matcher.routing.adverts import decode_advert
 from matcher.routing.moves import decode_move, move_key
 from matcher.routing.network import Network
 from matcher.routing.offline import Delays, LinkCounts, OfflineNetwork, Result
-from matcher.routing.order import SUBSCRIPTIONS, Key, record_key
+from matcher.routing.order import MOVES, SUBSCRIPTIONS, Key, record_key
 
 _PROFILE_OPS = ("publish", "retract", *ADVERT_OPS)
 
@@ -204,13 +205,19 @@ def _decode(item: Input, obj: dict[str, Any] | None, new_id: str | None) -> Any:
 # -- the order of one matcher --------------------------------------------------
 
 
-def ordered_matches(result: Result) -> list[dict[str, Any]]:
-    """Every site's match records, with `site`, in one matcher's order."""
+def _causes(result: Result) -> dict[str, list[tuple]]:
+    """Per space, the place in one matcher's order of every record it applies."""
     causes: dict[str, list[tuple]] = defaultdict(list)
     for space, key in result.accepted:
         causes[space].append(_global(key))
     for keys in causes.values():
         keys.sort()
+    return causes
+
+
+def ordered_matches(result: Result) -> list[dict[str, Any]]:
+    """Every site's match records, with `site`, in one matcher's order."""
+    causes = _causes(result)
     out = []
     for site, events in result.events.items():
         for space, cause, rank, event in events:
@@ -229,12 +236,35 @@ def ordered_markers(result: Result) -> list[dict[str, Any]]:
 
 
 def site_streams(result: Result) -> dict[str, list[dict[str, Any]]]:
-    """Each site's match and `moved` records, as its own matches topic holds them
-    (`decided_order`)."""
-    return {
-        site: decided_order(events, result.markers.get(site, []))
-        for site, events in result.events.items()
-    }
+    """Each site's match and `moved` records, as its own matches topic holds them: in
+    event time, each record at its place in one matcher's order (what a site
+    evicts at a move, before the move's `moved`; the records a selecting site made
+    for the site's subscribers among its own: docs/DELIVERY.md §9). A site that
+    made every record it holds decides them in this order (`decided_order`).
+    O(n log n)."""
+    causes = _causes(result)
+    out = {}
+    for site, events in result.events.items():
+        markers = result.markers.get(site, [])
+        moves: dict[str, list[Key]] = defaultdict(list)  # subscriber -> her moves away
+        for key, marker in sorted(markers, key=lambda pair: pair[0]):
+            moves[marker["subscriber"]].append(key)
+        keyed: list[tuple[tuple, dict[str, Any]]] = []
+        for space, cause, rank, event in events:
+            order = _sort_key(causes[space], space, cause, rank, event)
+            at = (order[0], order[2])  # (0, a place in event time), or (1, ()) at the end
+            away = moves.get(event["subscriber"], ())
+            if rank[0] == 0 and cause is not None and away:
+                # (what the site evicted before she left it stays before her `moved`)
+                nxt = bisect.bisect_left(away, cause)
+                if nxt < len(away):
+                    at = min(at, (0, _place(away[nxt])))
+            keyed.append(((*at, 0, order), event))
+        for key, marker in markers:
+            keyed.append(((0, _place(key), 1, ()), marker))
+        keyed.sort(key=lambda pair: pair[0])
+        out[site] = [event for _, event in keyed]
+    return out
 
 
 def decided_order(
@@ -254,6 +284,11 @@ def decided_order(
     return [event for _, event in keyed]
 
 
+def _place(key: Key) -> tuple:
+    """`_global`, a move's before the records at its ts."""
+    return (key.ts, -1, key.pos) if key.cls == MOVES else _global(key)
+
+
 def _global(key: Key) -> tuple:
     """A record's place in one matcher's order: (ts, subscriptions first, position)."""
     return (key.ts, 0 if key.cls == SUBSCRIPTIONS else 1, key.pos)
@@ -261,17 +296,37 @@ def _global(key: Key) -> tuple:
 
 def _sort_key(causes: list[tuple], space: str, cause: Key | None, rank: tuple, event: dict):
     if rank[0] == 0:  # an expiry: (0, valid_to, kind, id, index, key of the version's record)
-        _, valid_to, kind, ident, _, made = rank
+        _, valid_to, kind, ident, index, made = rank  # (a timer: kind -1, made None)
         other = event["profile_id"] if kind == 0 else event["subscription_id"]
-        trigger = max(
-            bisect.bisect_left(causes, (valid_to + 1,)), bisect.bisect_right(causes, _global(made))
-        )
+        trigger = bisect.bisect_left(causes, (valid_to + 1,))
+        if made is not None:
+            trigger = max(trigger, bisect.bisect_right(causes, _global(made)))
+        within = _within(index, event, other) if kind != -1 else _delivered(2, event)
         if trigger < len(causes):
-            return (0, space, causes[trigger], 0, valid_to, kind, ident, other)
-        return (1, space, (), 0, valid_to, kind, ident, other)
+            return (0, space, causes[trigger], 0, valid_to, kind, ident, within)
+        return (1, space, (), 0, valid_to, kind, ident, within)
     assert cause is not None
     other = event["profile_id"] if cause.cls == SUBSCRIPTIONS else event["subscription_id"]
-    return (0, space, _global(cause), 1, other, rank[1])
+    return (0, space, _global(cause), 1, _within(rank[1], event, other))
+
+
+def _within(index: Any, event: dict, other: str) -> tuple:
+    """An event's place among the records of its step, as one matcher makes them:
+    the delivery records that end a version before the step's own (`first`), the
+    step's own records by the other side's id, then the delivery records
+    (`SpaceMatcher._deliver`); those by (subscription, profile), an `unmatch`
+    before a `match` of one pair. Composed so, the records of one step made at
+    two sites (a subscription that moves between its home and its space's
+    selecting site: docs/DELIVERY.md §9) fall in one matcher's order."""
+    if isinstance(index, str) and index.startswith(DELIVERY_RANK):
+        return _delivered(2, event)
+    if isinstance(index, tuple) and index[0] in ("", DELIVERY_RANK):
+        return _delivered(0 if index[0] == "" else 2, event)
+    return (1, other, index)
+
+
+def _delivered(block: int, event: dict) -> tuple:
+    return (block, event["subscription_id"], event["profile_id"], event["event"] != "unmatch")
 
 
 # -- false positives -----------------------------------------------------------

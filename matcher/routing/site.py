@@ -41,6 +41,7 @@ from matcher.records import Publish, Retract
 from matcher.routing.forwarding import Forwarder
 from matcher.routing.interest import Eligible, Identity, Strategy, strategy
 from matcher.routing.local import LocalSource
+from matcher.routing.members import Arrive, Hosted, Leave, MemberDesk, Rehome
 from matcher.routing.moves import (
     Ask,
     LocalStage,
@@ -167,10 +168,14 @@ class Matcher(Stage):
                 matcher = self.spaces[space] = SpaceMatcher(space)
             run: list[tuple[Key, Any]] = []
             for key, record in keyed:
-                if isinstance(record, SubsMoved | ProfileMoved | Marker):
+                if isinstance(record, SubsMoved | ProfileMoved | Marker | Rehome):
                     self._apply(space, matcher, run)
                     run = []
                     self._move(space, matcher, key, record)
+                elif isinstance(record, Leave | Arrive):
+                    self._apply(space, matcher, run)
+                    run = []
+                    self._hand(space, matcher, key, record)
                 else:
                     run.append((key, record))
             self._apply(space, matcher, run)
@@ -180,10 +185,8 @@ class Matcher(Stage):
         """A move at `key`: evict what expired before its ts (those pairs end where
         they were, before a `moved` record), then hold or drop the moved records
         with no match records."""
-        for rank, event in matcher.expire_ranked(key.ts):
-            made = self._last_made[space, rank[2], rank[3]]
-            self.events.append((space, key, (*rank, made), event))
-        if isinstance(item, Marker):
+        self._expired(space, key, matcher.expire_ranked(key.ts))
+        if isinstance(item, Marker | Rehome):
             return
         if isinstance(item, ProfileMoved):
             matcher.restore("profile", item.record.id, item.record)
@@ -195,6 +198,25 @@ class Matcher(Stage):
             matcher.restore("subscription", rec.id, rec)
             self._last_made[space, 0, rec.id] = key
 
+    def _expired(self, space: str, cause: Key | None, ranked: list[tuple[tuple, Any]]) -> None:
+        """Events of expiries and timers, each rank with the key of the record that made
+        the version expiring (a timer's: None)."""
+        for rank, event in ranked:
+            made = None if rank[2] == -1 else self._last_made[space, rank[2], rank[3]]
+            self.events.append((space, cause, (*rank, made), event))
+
+    def _hand(self, space: str, matcher: SpaceMatcher, key: Key, item: Leave | Arrive) -> None:
+        """A subscription whose version moves between this site and its space's
+        selecting site in a step (`members`): this half of the step."""
+        if isinstance(item, Leave):
+            ranked = matcher.leave_ranked(item.id, item.ts)
+        else:
+            ranked = matcher.arrive_ranked(item.record)
+        self._expired(space, key, [(r, e) for r, e in ranked if r[0] == 0])
+        self.events += [(space, key, r, e) for r, e in ranked if r[0] != 0]
+        if isinstance(item, Arrive):
+            self._last_made[space, 0, item.record.id] = key
+
     def _apply(self, space: str, matcher: SpaceMatcher, keyed: list[tuple[Key, Any]]) -> None:
         """Apply a run of records of one space (no move among them), in order."""
         upserts: dict[tuple[int, str], list[tuple[int, Key]]] = {}
@@ -205,7 +227,8 @@ class Matcher(Stage):
         ranked = matcher.apply_batch_ranked([r for _, r in keyed])
         for (index, *rank), event in ranked:
             if rank[0] == 0:
-                rank.append(self._made(space, upserts, index, rank[2], rank[3]))
+                made = None if rank[2] == -1 else self._made(space, upserts, index, *rank[2:4])
+                rank.append(made)
             self.events.append((space, keyed[index][0], tuple(rank), event))
         for (code, ident), made in upserts.items():
             self._last_made[space, code, ident] = made[-1][1]
@@ -221,9 +244,7 @@ class Matcher(Stage):
         one matcher does."""
         self.match()
         for space, matcher in self.spaces.items():
-            for rank, event in matcher.expire_ranked(watermark):
-                made = self._last_made[space, rank[2], rank[3]]
-                self.events.append((space, None, (*rank, made), event))
+            self._expired(space, None, matcher.expire_ranked(watermark))
 
 
 class Port(Stage):
@@ -358,9 +379,15 @@ class Site:
         self.name = name
         self.net = net
         self.neighbours = net.neighbours(name)
-        self.local = LocalSource(name, advertisements=net.advertisements)
+        self.local = LocalSource(
+            name, advertisements=net.advertisements, selecting=net.selecting_site
+        )
         self.stage = LocalStage(name, self.local)
         self.desk = MoveDesk(name, net)
+        # the subscriptions with delivery fields of the spaces this site selects for
+        self.hosted = Hosted(LocalSource(name, advertisements=False))
+        self.members = MemberDesk(name, net)
+        self.delivered_wm = NEVER  # this site's own on plane `delivered` (its owner sets it)
         self.moved_at: dict[Key, float] = {}  # processing time each move here was taken
         self.matcher = Matcher()
         flooding = net.routing == "flooding"
@@ -371,6 +398,7 @@ class Site:
         self._route(("local", "pub"), self.matcher.inboxes[0])
         for n in self.neighbours:
             self._route((n, "profile"), self.matcher.inbox())
+        self._route(("hosted", "sub"), self.matcher.inbox())
         for n in self.neighbours:
             ports: list[Port] = []
             data = ProfilePort(n, flooding=flooding, behind=net.behind(name, n))
@@ -379,6 +407,7 @@ class Site:
                 self._route((n, "interest"), data.inbox())
                 interest = InterestPort(n, net)
                 self._route(("local", "interest"), interest.inbox())
+                self._route(("hosted", "interest"), interest.inbox())
                 if net.advertisements:
                     self._route((n, "advert"), interest.inbox())
                     adverts = AdvertPort(n)
@@ -439,6 +468,9 @@ class Site:
 
     def deliver(self, neighbour: str, plane: str, items: list[Message], watermark: float) -> None:
         """Records of one plane from a neighbour, then that plane's watermark."""
+        if plane in ("member", "delivered"):
+            self.members.deliver(neighbour, plane, items, watermark)
+            return
         if plane in ("ask", "handover"):
             for m in self.desk.deliver(neighbour, plane, items, watermark):
                 if isinstance(m, Ask):
@@ -467,6 +499,7 @@ class Site:
                 out[stage.neighbour, stage.plane] = (stage.outbox, stage.done)
                 stage.outbox = []
         out.update(self.desk.out())
+        out.update(self.members.out({"member": self.stage.wm, "delivered": self.delivered_wm}))
         return out
 
     def _run_local(self) -> None:
@@ -485,6 +518,7 @@ class Site:
             if source[0] == "local":
                 for box in boxes:
                     box.wm = stage.wm
+        self._run_hosted()
         for key, moved in desk.arrived:
             for box in self.routes[("moves", "profile")]:
                 # (handovers of several moves come back in any order: keep key order)
@@ -493,6 +527,43 @@ class Site:
         bound = desk.passing_bound()
         for box in self.routes[("moves", "profile")]:
             box.wm = max(box.wm, bound)
+
+    def _run_hosted(self) -> None:
+        """The member records relayed (this site's own to the desk, those for it to its
+        `Hosted`), taken as far as every site's have come; the items they make to the
+        stages' inboxes."""
+        members, hosted = self.members, self.hosted
+        for m in self.local.relayed:
+            members.send(m)
+        self.local.relayed.clear()
+        for m in members.mine:
+            hosted.take(m)
+        members.mine.clear()
+        hosted.run(members.member_bound(self.stage.wm))
+        source = hosted.source
+        for key, item in source.out:
+            for box in self.routes.get(("hosted", item[0]), ()):
+                box.items.append((key, item))
+        source.out.clear()
+        for source_name, boxes in self.routes.items():
+            if source_name[0] == "hosted":
+                for box in boxes:
+                    box.wm = hosted.wm
+
+    def shipped(self) -> list[tuple[str, str, Key | None, tuple, Any]]:
+        """Take out of the matcher's events those made for a member whose home is another
+        site: `(home, space, cause, rank, event)` each."""
+        if not self.hosted.homes:
+            return []
+        kept, out = [], []
+        for space, cause, rank, event in self.matcher.events:
+            home = self.hosted.home_of(space, event["subscription_id"], cause)
+            if home is None or home == self.name:
+                kept.append((space, cause, rank, event))
+            else:
+                out.append((home, space, cause, rank, event))
+        self.matcher.events = kept
+        return out
 
     def table_entries(self) -> dict[str, tuple[int, int]]:
         """Per neighbour: the entries of the table it keeps from this site's interest,

@@ -12,7 +12,10 @@ Four kinds, each a dict with a `type`:
 - `watermark`: `plane` (advert, interest, profile or ask) and `ts`: every
   later record of that plane on this link has a `ts` of at least this;
 - `ask` and `handover`: a client's move (`moves`): the new site's request and
-  the old site's answer, relayed over the path between them.
+  the old site's answer, relayed over the path between them;
+- `member` and `delivered`: a subscription with delivery fields on its way to
+  its space's selecting site, and the records made there on their way back to
+  its home (`members`, docs/DELIVERY.md §9).
 
 Each of the first three carries `key`, its place in event time: `[ts, class,
 position, seq]` (`order.Key`), which the receiver merges its inputs by.
@@ -28,6 +31,8 @@ from typing import Any
 from matcher.constraints import Conjunction, Constraint, predicate_of
 from matcher.filter_json import parse_filter
 from matcher.records import OPEN, Publish, Retract, from_state, to_state
+from matcher.routing import members
+from matcher.routing.members import Delivered, Member
 from matcher.routing.moves import Ask, Handover, message_of
 from matcher.routing.order import Key
 
@@ -139,7 +144,7 @@ class Watermark:
         return {"type": "watermark", "plane": self.plane, "ts": _ts_json(self.ts)}
 
 
-Message = FilterChange | ProfileForward | Watermark | Ask | Handover
+Message = FilterChange | ProfileForward | Watermark | Ask | Handover | Member | Delivered
 
 
 def _ts_json(ts: float) -> int | None:
@@ -170,6 +175,8 @@ def decode(raw: bytes) -> Message:
     kind = obj["type"]
     if kind in ("ask", "handover"):
         return message_of(obj)
+    if kind in ("member", "delivered"):
+        return members.message_of(obj)
     if kind == "watermark":
         return Watermark(obj["plane"], OPEN if obj["ts"] is None else obj["ts"])
     key = Key.from_json(obj["key"])

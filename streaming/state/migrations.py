@@ -36,6 +36,9 @@ from collections.abc import Callable
 from typing import Any
 
 from matcher.engines.gated import GatedFilters
+from matcher.routing.local import LocalSource
+from matcher.routing.members import Hosted, MemberDesk
+from matcher.routing.site import NEVER, InterestPort
 from matcher.snapshot_names import PICKLED_ATTRIBUTE_RENAMES, PICKLED_RENAMES
 
 Attributes = dict[str, Any]
@@ -223,6 +226,41 @@ def _without_delivery_fields(state: Attributes) -> Attributes:
     """A subscription of a snapshot from before delivery policies has none
     (docs/DELIVERY.md); the matcher's own new attributes are class defaults."""
     state.setdefault("options", None)
+    return state
+
+
+# -- format 6: delivery groups across a network's sites ----------------------------
+
+
+@upgrade("matcher.routing.local", "LocalSource", before=6)
+def _without_members(state: Attributes) -> Attributes:
+    """A site's source from before members were relayed to their space's selecting
+    site (docs/DELIVERY.md §9) has relayed none; its site sets `selecting`."""
+    state.setdefault("selecting", None)
+    state.setdefault("relayed", [])
+    state.setdefault("_relocated", {})
+    state.setdefault("_relocated_by", {})
+    return state
+
+
+@upgrade("matcher.routing.site", "Site", before=6)
+def _without_hosted(state: Attributes) -> Attributes:
+    """A site from before it hosted members: it relays them from now on, and holds
+    those of the spaces it selects for in a `Hosted` of its own, whose items its
+    matcher and interest ports take in inboxes of their own. (Its subscriptions
+    with delivery fields held until then stay its own.)"""
+    name, net = state["name"], state["net"]
+    state["local"].selecting = net.selecting_site
+    state["hosted"] = Hosted(LocalSource(name, advertisements=False))
+    state["members"] = MemberDesk(name, net)
+    state["delivered_wm"] = NEVER
+    routes = state["routes"]
+    routes[("hosted", "sub")] = [state["matcher"].inbox()]
+    interest = [
+        p for ports in state["ports"].values() for p in ports if isinstance(p, InterestPort)
+    ]
+    interest += [s for s in state["stages"] if isinstance(s, InterestPort) and s not in interest]
+    routes[("hosted", "interest")] = [port.inbox() for port in interest]
     return state
 
 
