@@ -231,12 +231,35 @@ def test_the_network_equals_one_matcher(data, tree, routing, with_adverts, idle,
     if data.draw(st.booleans()):
         profiles.sort(key=lambda r: oracle.to_ms(r["ts"]))
     toml = network_toml(list(order), links, *routing, idle, advertisements=with_adverts)
+    toml += data.draw(quenching(order, profiles))
     net = parse_network(toml)
     out, expected = assert_equivalent(net, subs, profiles, Delays(seed=seed, base_ms=base))
     total = out.stats()["total"]
     for name in ("catch_ups", "retracts_forwarded", "false_positives", "profiles_forwarded"):
         event(f"{name} > 0: {total[name] > 0}")
     event(f"match records > 0: {bool(expected)}")
+    producers = {p for p, _ in net.producers}
+    caught = sum(c.catch_ups for (a, _), c in out.links.items() if a in producers)
+    event(f"producers: {len(producers)}, held back and caught up: {caught > 0}")
+
+
+@st.composite
+def quenching(draw, sites: list[str], profiles: list[dict]) -> str:
+    """Quenching producers (ROUTING §4) at random sites, the network file's tables for
+    them; the records of some of each site's ids (advertisements' too) become a
+    producer's there, its own input as a leaf site with no subscribers."""
+    hosts = draw(st.lists(st.sampled_from(sites), max_size=3))
+    at: dict[str, list[str]] = {}
+    for i, host in enumerate(hosts):
+        at.setdefault(host, []).append(f"q{i}")
+    owner: dict[tuple, str] = {}  # (an id stays with one publisher: a producer's are its own)
+    for rec in profiles:
+        if rec["site"] in at:
+            key = (rec["site"], rec["space"], rec["id"], rec["op"] in ("advertise", "unadvertise"))
+            if key not in owner:
+                owner[key] = draw(st.sampled_from([rec["site"], *at[rec["site"]]]))
+            rec["site"] = owner[key]
+    return "".join(f'[producers.q{i}]\nsite = "{host}"\n' for i, host in enumerate(hosts))
 
 
 def assert_equivalent(net, subs: list[dict], profiles: list[dict], delays: Delays | None = None):

@@ -369,14 +369,14 @@ class Site:
         self.routes: dict[tuple[str, str], list[Inbox]] = {}
         self._route(("local", "sub"), self.matcher.inbox())
         self._route(("local", "pub"), self.matcher.inboxes[0])
-        for n in self.neighbours:
-            self._route((n, "profile"), self.matcher.inbox())
+        if not net.is_producer(name):  # (a producer matches nothing: it takes no profiles)
+            for n in self.neighbours:
+                self._route((n, "profile"), self.matcher.inbox())
         for n in self.neighbours:
             ports: list[Port] = []
-            data = ProfilePort(n, flooding=flooding, behind=net.behind(name, n))
-            self._route(("local", "pub"), data.inbox())
+            # (a quenching producer has no subscribers: it is sent no profiles)
+            producer = net.is_producer(n)
             if not flooding:
-                self._route((n, "interest"), data.inbox())
                 interest = InterestPort(n, net)
                 self._route(("local", "interest"), interest.inbox())
                 if net.advertisements:
@@ -385,7 +385,12 @@ class Site:
                     self._route(("local", "advert"), adverts.inbox())
                     ports.append(adverts)
                 ports.append(interest)
-            ports.append(data)
+            if not producer:
+                data = ProfilePort(n, flooding=flooding, behind=net.behind(name, n))
+                self._route(("local", "pub"), data.inbox())
+                if not flooding:
+                    self._route((n, "interest"), data.inbox())
+                ports.append(data)
             for other in self.neighbours:
                 if other != n:
                     for port in ports:
@@ -393,7 +398,9 @@ class Site:
             self.ports[n] = ports
         self._route(("moves", "profile"), self.matcher.inbox())
         for ports in self.ports.values():
-            self._route(("moves", "profile"), ports[-1].inbox())
+            for port in ports:
+                if isinstance(port, ProfilePort):
+                    self._route(("moves", "profile"), port.inbox())
         self.stages: list[Stage] = [self.matcher] + [p for ps in self.ports.values() for p in ps]
 
     def add_port(self, port: Port, sources: list[tuple[str, str]]) -> None:
