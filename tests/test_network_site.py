@@ -10,7 +10,8 @@ writing a random part of their output and run again from the state before
 (as Spark re-runs a batch whose commit did not happen): the receivers must
 apply each link record once, and the match records differ only by
 duplicates. The union of the sites' match records, without duplicates, must
-equal one matcher's (`matcher.engine.Engine`) given every site's input.
+equal one matcher's (`matcher.engine.Engine`) given every site's input, with
+quenching producers at random sites stepping as their leaf sites' jobs.
 
 With moves (ROUTING §5), the same run over `tests.test_routing_moves`'s
 clients who move while they change: each subscriber, read from the sites'

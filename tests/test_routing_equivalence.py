@@ -2,7 +2,9 @@
 
 Random trees of 1-7 sites, every strategy (merging perfect and imperfect, at
 several budgets), with and without advertisements (some withdrawn or
-replaced), clients placed at random sites, random link delays and idle times;
+replaced), clients placed at random sites, quenching producers at random sites
+(ROUTING §4: leaf sites with no subscribers, through which some publishers'
+records enter), random link delays and idle times;
 workloads are `tsm gen`'s four at small sizes, or random records with churn
 (changes, unsubscribes that uncover filters, retracts, expiries). The union of
 the sites' match records must equal, record for record and in order, those of
