@@ -268,7 +268,7 @@ def test_streaming_sites_equal_one_matcher(data, tree, routing, seed):
     sent = profiles
     if with_adverts:  # the one matcher gets what each site admits
         sent = profiles + data.draw(adverts(order, churned))
-    toml += data.draw(quenching(order, sent))  # (a producer's ids are its own: qualified)
+    toml += data.draw(quenching(order, sent, subs))  # (a producer's ids are its own: qualified)
     net = parse_network(with_bootstraps(toml, order))
     if with_adverts:
         keep = admitted(list(enumerate(sent)))

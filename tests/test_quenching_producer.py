@@ -209,3 +209,19 @@ def test_a_producer_is_named_in_the_network_file():
     clash = NET.format(routing="covering").replace("[producers.q]", "[producers.b]")
     with pytest.raises(NetworkError, match="producer 'b' has the name of a site"):
         parse_network(clash)
+
+
+def test_a_move_from_or_at_a_producer_is_a_dead_letter_and_a_subscription_too():
+    """A producer has no subscribers and its profiles stay its own (ROUTING §4, §5)."""
+    from matcher.routing.replay import replay_network
+
+    net = parse_network(NET.format(routing="covering"))
+    moves = [
+        {"op": "move", "id": "p", "space": "A", "from": "q", "ts": 5, "site": "a"},
+        {"op": "move", "id": "p", "space": "A", "from": "a", "ts": 6, "site": "q"},
+    ]
+    items = [Input("subscription", json.dumps(sub("s", 1, "x < 5", site="q")), Source(line=1))]
+    items += [Input("profile", json.dumps(m), Source(line=i)) for i, m in enumerate(moves, 1)]
+    out = replay_network(net, items)
+    reasons = [d["reason"] for d in out.dead_letters]
+    assert len(reasons) == 3 and all("'q' is a quenching producer" in r for r in reasons)

@@ -434,6 +434,13 @@ class Site:
             names = ", ".join(self.net.names)
             reason = f"unknown site {move.origin!r} in 'from': the network file names {names}"
             self.local.refuse(handle, reason)
+        elif self.net.is_producer(move.origin) or self.net.is_producer(self.name):
+            producer = move.origin if self.net.is_producer(move.origin) else self.name
+            self.local.refuse(
+                handle,
+                f"{producer!r} is a quenching producer: its profiles do not move (publish "
+                "them at a site with a move of their own)",
+            )
         elif move.origin == self.name:
             self.local.refuse(
                 handle,
