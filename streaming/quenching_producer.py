@@ -26,17 +26,27 @@ process runs that leaf's `SiteJob` over the profiles-topic lines it is given
   own keys, as an unquenched producer sends them. Its site waits for it no
   more; the name is then spent for that site's state.
 
+A producer killed before its close stalls its site (which waits for its
+watermark) until it is started again under its name: it goes on from its
+state file (`save_state`, `load_state`: the `ProducerJob` as a codec snapshot,
+saved after each step before what the step made is sent; see
+`LinkedQuenchingProducer`), and nothing is lost or decided twice.
+
 `ProducerJob` is the pure part (lines and link records in, records to write
-out); `LinkedQuenchingProducer` adds Kafka.
+out); `LinkedQuenchingProducer` adds Kafka and the state file.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
+import os
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 from connectors.config import Topics, confluent_config
 from matcher.routing.network import Network
@@ -52,6 +62,7 @@ from streaming.network_site import (
     control_tick,
 )
 from streaming.network_topics import site_topics
+from streaming.state.codec import dump_snapshot, load_snapshot
 
 
 @dataclass
@@ -75,8 +86,10 @@ class ProducerJob:
 
     `step` costs the leaf site's step over the lines given (one overlap test per
     publish against the site's interest, one per held publish a new filter may
-    want); invariant: every record it returns is numbered on the link in order, so
-    the site applies each once."""
+    want); invariants: every record it returns is numbered on the link in order, so
+    the site applies each once, and is in `unacknowledged` until `acknowledged`;
+    `input_lines` and `input_digest` say which lines it has read. Picklable (by the
+    codec): its state file is this object."""
 
     def __init__(self, net: Network, name: str, topics: Topics | None = None) -> None:
         net = net.with_producers()
@@ -94,7 +107,13 @@ class ProducerJob:
         self._offset = 0  # the next line's offset in the (virtual) profiles topic
         self._control = 0
         self._watermark: int | None = None  # the largest ts read: the source's watermark
-        self._ended = False
+        self.ended = False  # the lines are done (`end`)
+        self.closed = False  # what it held is handed over and its link ended (`close`)
+        self.input_lines = 0  # lines of the input read, blank ones too: where a restart goes on
+        self.input_digest = b""  # a SHA-256 chain over those lines: a restart reads the same
+        # what the steps made since the loop last had Kafka acknowledge it: kept in the
+        # state file, so a restart sends it again (with the same link numbers)
+        self.unacknowledged = ProducerOutput()
 
     @property
     def bootstrap(self) -> str:
@@ -109,6 +128,16 @@ class ProducerJob:
     def outbound(self) -> str:
         """The topic on the site's cluster that this producer writes."""
         return self.topics.outbound[self.site][1]
+
+    @property
+    def link_offset(self) -> int:
+        """The offset in the site's link topic (`inbound`) to read on from."""
+        return self.job.read_to.get((self.inbound, 0), 0)
+
+    @property
+    def acknowledged_count(self) -> int:
+        """How many link records Kafka has acknowledged: at most the link topic's end."""
+        return self.job.sent[self.site] - len(self.unacknowledged.links)
 
     @property
     def done(self) -> bool:
@@ -133,13 +162,23 @@ class ProducerJob:
         link: Iterable[tuple[int, bytes | None, bytes]] = (),
         now_ms: int | None = None,
     ) -> ProducerOutput:
-        """Profiles-topic `lines` read, the site's `link` records read since the last
-        step (offset, key, value), and the clock (for the idle rule): what to write."""
+        """The input's next `lines` (blank ones are counted, not sent), the site's
+        `link` records read since the last step (offset, key, value; one read again is
+        skipped by its number), and the clock (for the idle rule): what to write."""
+        if self.ended and any(line.strip() for line in lines):
+            raise ValueError(
+                f"producer {self.name!r} ended its input at line {self.input_lines}: "
+                "send more lines under a new producer name"
+            )
         rows = [self._control_row(control_start(None))] if self._control == 0 else []
         if now_ms is not None:
             rows.append(self._control_row(control_tick(now_ms)))
         topic = self.topics.topics.profiles
         for line in lines:
+            self.input_lines += 1
+            self.input_digest = hashlib.sha256(self.input_digest + line).digest()
+            if not line.strip():
+                continue
             ts = _ts(line)
             if ts is not None and (self._watermark is None or ts > self._watermark):
                 self._watermark = ts
@@ -153,13 +192,13 @@ class ProducerJob:
 
     def end(self) -> ProducerOutput:
         """The lines are done: the producer's own watermark is the end."""
-        self._ended = True
+        self.ended = True
         ends = {(self.topics.topics.profiles, 0): self._offset}
         return self._output(self.job.step([self._control_row(control_start(ends))]))
 
     def close(self) -> ProducerOutput:
         """Hand over what is held back and end the link (see the module docstring)."""
-        out = ProducerOutput() if self._ended else self.end()
+        out = ProducerOutput() if self.ended else self.end()
         port = self._port()
         at = Key(int(port.done), EXPIRY, (), CATCH_UP) if math.isfinite(port.done) else None
         handed = []
@@ -179,7 +218,26 @@ class ProducerJob:
         last = self._output(self.job.step([]))
         out.links += last.links
         out.dead_letters += last.dead_letters
+        self.closed = True
         return out
+
+    def resume(self, lines: Iterable[bytes]) -> Iterator[bytes]:
+        """The input's lines after those already read (`input_lines`), once the ones
+        skipped are checked to be those read. O(lines skipped)."""
+        rest = iter(lines)
+        digest = b""
+        for _, line in zip(range(self.input_lines), rest, strict=False):
+            digest = hashlib.sha256(digest + line).digest()
+        if digest != self.input_digest:
+            raise ValueError(
+                f"producer {self.name!r} has read {self.input_lines} lines of another "
+                "input: give it the same file (it may have grown), or use a new name"
+            )
+        return rest
+
+    def acknowledged(self) -> None:
+        """Kafka has acknowledged every record in `unacknowledged`."""
+        self.unacknowledged = ProducerOutput()
 
     def _port(self) -> ProfilePort:
         (port,) = [p for p in self.job.site.ports[self.site] if isinstance(p, ProfilePort)]
@@ -192,7 +250,10 @@ class ProducerJob:
 
     def _output(self, made) -> ProducerOutput:
         self.counts.forwarded = self.job.counts[self.site].profiles_forwarded
-        return ProducerOutput(made.links.get(self.site, []), made.dead_letters)
+        out = ProducerOutput(made.links.get(self.site, []), made.dead_letters)
+        self.unacknowledged.links += out.links
+        self.unacknowledged.dead_letters += out.dead_letters
+        return out
 
 
 def _ts(line: bytes) -> int | None:
@@ -204,11 +265,62 @@ def _ts(line: bytes) -> int | None:
     return ts if isinstance(ts, int) and not isinstance(ts, bool) else None
 
 
+def default_state_path(name: str) -> Path:
+    """Where producer `name` keeps its state unless told: under the working directory."""
+    return Path(".tsm") / "producers" / f"{name}.state"
+
+
+def save_state(path: Path, job: ProducerJob) -> None:
+    """Write the job to `path` as a codec snapshot, atomically: a temporary file,
+    fsynced, renamed over `path`, the directory fsynced. O(what the job holds)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(path.name + ".partial")
+    with open(partial, "wb") as f:
+        f.write(dump_snapshot(job))
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(partial, path)
+    directory = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(directory)
+    finally:
+        os.close(directory)
+
+
+def load_state(path: Path, net: Network, name: str) -> ProducerJob | None:
+    """The job producer `name` saved at `path`, or None where there is no file; a
+    `ValueError` naming the fault where it is not that producer's of this network."""
+    try:
+        blob = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    job = load_snapshot(blob)
+    if not isinstance(job, ProducerJob) or job.name != name:
+        raise ValueError(f"{path} is not the state file of producer {name!r}: give --state")
+    if job.job.net != net.with_producers():
+        raise ValueError(
+            f"{path} was written with another network file than this one: run producer "
+            f"{name!r} with the file its site runs with"
+        )
+    return job
+
+
 class LinkedQuenchingProducer:
-    """`ProducerJob` over Kafka: the lines given, the site's link topic read as it
-    goes, the records written to the site's cluster. Use as a context manager;
-    `close(wait_s)` waits up to that long for interest in what is held back, then
-    hands the rest to the site."""
+    """`ProducerJob` over Kafka, restartable: the input's lines, the site's link
+    topic read as it goes, the records written to the site's cluster. Use as a
+    context manager; `close(wait_s)` waits up to that long for interest in what is
+    held back, then hands the rest to the site.
+
+    Each step goes: read (lines, link records), step the job, save the job to the
+    state file (the step's records in it, as not acknowledged yet), produce them,
+    flush (Kafka acknowledges them), forget them. A producer killed anywhere in
+    that goes on from the state file under the same name: the input from the line
+    it had reached (the lines before it checked to be the same), the link topic
+    from the offset it had applied, and first the records it had saved and not
+    seen acknowledged, sent again with the same link numbers (the site applies each
+    number once); a step it had not saved made nothing that reached Kafka, and is
+    made again. `clients` and `clock` are for tests (a producer and a consumer;
+    the time, ms, or None for no ticks)."""
 
     def __init__(
         self,
@@ -216,31 +328,63 @@ class LinkedQuenchingProducer:
         name: str,
         options: Mapping[str, str] | None = None,
         topics: Topics | None = None,
+        *,
+        state: Path | None = None,
+        clients: tuple[Any, Any] | None = None,
+        clock: Callable[[], int | None] | None = None,
     ) -> None:
-        from confluent_kafka import Consumer, TopicPartition
+        from confluent_kafka import TopicPartition
+
+        self.state = Path(state) if state is not None else default_state_path(name)
+        loaded = load_state(self.state, net, name)
+        self.restarted = loaded is not None
+        self.job = loaded if loaded is not None else ProducerJob(net, name, topics)
+        self.clock = clock if clock is not None else lambda: int(time.time() * 1000)
+        self._producer, self._consumer = clients or self._clients(options)
+        inbound, outbound = self.job.inbound, self.job.outbound
+        try:
+            meta = self._consumer.list_topics(timeout=10).topics
+            missing = [t for t in (inbound, outbound) if t not in meta]
+            if missing:
+                raise ValueError(
+                    f"no topic {missing[0]!r} at {self.job.bootstrap}: is the job of site "
+                    f"{self.job.site!r} (tsm run --network) running with this network file?"
+                )
+            _, written = self._consumer.get_watermark_offsets(
+                TopicPartition(outbound, 0), timeout=10
+            )
+            if not self.restarted and written:
+                raise ValueError(
+                    f"producer {name!r} has written to its link already and has no state "
+                    f"file {self.state}: give --state where it is (without it the name "
+                    "cannot go on; a new producer needs a new name)"
+                )
+            if written < self.job.acknowledged_count:
+                raise ValueError(
+                    f"{self.state} says producer {name!r} had {self.job.acknowledged_count} "
+                    f"records acknowledged on {outbound}, which holds {written}: it is the "
+                    "state of another run (delete it to start afresh)"
+                )
+        except BaseException:
+            self._consumer.close()
+            raise
+        self._consumer.assign([TopicPartition(inbound, 0, self.job.link_offset)])
+        self._send()  # (what a killed run saved and may not have sent)
+
+    def _clients(self, options: Mapping[str, str] | None) -> tuple[Any, Any]:
+        from confluent_kafka import Consumer
 
         from connectors.producer import Producer
 
-        self.job = ProducerJob(net, name, topics)
         bootstrap = self.job.bootstrap
-        self._producer = Producer(confluent_config(bootstrap, options))
-        self._consumer = Consumer(
+        consumer = Consumer(
             confluent_config(
                 bootstrap,
                 options,
-                required={"group.id": f"tsm-quench-{name}", "enable.auto.commit": False},
+                required={"group.id": f"tsm-quench-{self.job.name}", "enable.auto.commit": False},
             )
         )
-        inbound = self.job.inbound
-        meta = self._consumer.list_topics(timeout=10).topics
-        missing = [t for t in (inbound, self.job.outbound) if t not in meta]
-        if missing:
-            self._consumer.close()
-            raise ValueError(
-                f"no topic {missing[0]!r} at {bootstrap}: is the job of site "
-                f"{self.job.site!r} (tsm run --network) running with this network file?"
-            )
-        self._consumer.assign([TopicPartition(inbound, 0, 0)])
+        return Producer(confluent_config(bootstrap, options)), consumer
 
     def __enter__(self) -> LinkedQuenchingProducer:
         return self
@@ -249,35 +393,53 @@ class LinkedQuenchingProducer:
         self._consumer.close()
 
     def send_lines(self, lines: Iterable[bytes], every: int = 200) -> None:
+        """Step over the lines after those the state file says were read (blank ones
+        counted, not sent), `every` lines a step, then end the input."""
         chunk: list[bytes] = []
-        for line in lines:
-            if line.strip():
-                chunk.append(line)
+        for line in self.job.resume(lines):
+            chunk.append(line)
             if len(chunk) >= every:
                 self._step(chunk)
                 chunk = []
-        self._step(chunk)
-        self._write(self.job.end())
+        if not self.job.ended:
+            self._step(chunk)
+            self.job.end()
+            self._commit()
+        elif any(line.strip() for line in chunk):
+            self.job.step(chunk)  # (refused: the input was ended; it says so)
 
     def _step(self, lines: list[bytes], timeout: float = 0.0) -> None:
         messages = self._consumer.consume(1000, timeout=timeout)
         link = [(m.offset(), m.key(), m.value()) for m in messages if m.error() is None]
-        self._write(self.job.step(lines, link, int(time.time() * 1000)))
+        self.job.step(lines, link, self.clock())
+        self._commit()
 
-    def _write(self, out: ProducerOutput) -> None:
-        for key, value in out.links:
-            self._producer.produce(self.job.outbound, value, key)
-        for key, value in out.dead_letters:
-            self._producer.produce(self.job.site_topics.topics.deadletter, value, key)
-        self._producer.poll()
+    def _commit(self) -> None:
+        """Save the job (its records not acknowledged yet in it), then send them."""
+        save_state(self.state, self.job)
+        self._send()
+
+    def _send(self) -> None:
+        out = self.job.unacknowledged
+        if not (out.links or out.dead_letters):
+            return
+        deadletter = self.job.site_topics.topics.deadletter
+        self._producer.produce_many(
+            [(self.job.outbound, k, v) for k, v in out.links]
+            + [(deadletter, k, v) for k, v in out.dead_letters]
+        )
+        self._producer.flush()
+        self.job.acknowledged()
 
     def close(self, wait_s: float = 0.0) -> ProducerCounts:
         """Answer the site's interest for up to `wait_s` (until its end, if sooner);
-        hand the rest over; flush; the counts."""
+        hand the rest over and end the link (once: a closed producer only sends
+        again what it had not seen acknowledged); the counts."""
         deadline = time.monotonic() + wait_s
         while not self.job.done and time.monotonic() < deadline:
             self._step([], timeout=min(0.5, max(0.0, deadline - time.monotonic())))
-        if not self.job.done:
-            self._write(self.job.close())
-        self._producer.flush()
+        if not self.job.closed:
+            self.job.close()
+            self._commit()
+            save_state(self.state, self.job)  # (acknowledged: run again, it sends nothing)
         return self.job.counts

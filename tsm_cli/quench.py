@@ -6,7 +6,9 @@ leaf site of the network (`streaming.quenching_producer`): it speaks the
 link protocol to its site, and the match records equal one matcher's given
 the unquenched file, record for record. `--quench-wait` keeps it answering
 interest that long after the file; at the end it hands its site what it
-still holds back.
+still holds back and ends its link (closes). It keeps its state in `--state`
+(default `.tsm/producers/NAME.state`): the same command run again after a
+crash goes on where it was. `--close` retires it without reading more.
 
 Without `--network`, the producer (`connectors.quench.QuenchingProducer`)
 reads the interest its site publishes (`<prefix>tsm.interest`) and sends a
@@ -20,6 +22,7 @@ from __future__ import annotations
 import argparse
 import logging
 from collections.abc import Mapping
+from pathlib import Path
 from typing import IO
 
 from tsm_cli.args import CliError, seconds
@@ -53,6 +56,19 @@ def quench_flags(parser: argparse.ArgumentParser) -> None:
         "[producers.NAME] (its site's job must run with that file); exact",
     )
     parser.add_argument(
+        "--state",
+        type=Path,
+        metavar="FILE",
+        help="with --producer: where the producer keeps its state, to go on after a "
+        "crash by running the same command again (default .tsm/producers/NAME.state)",
+    )
+    parser.add_argument(
+        "--close",
+        action="store_true",
+        help="with --producer: retire it now, reading no more of FILE: hand its site "
+        "what it holds back and end its link (the site waits for it no more)",
+    )
+    parser.add_argument(
         "--quench-wait",
         type=seconds,
         metavar="SECONDS",
@@ -79,6 +95,8 @@ def produce_quenched(
         raise CliError("--quench is for profiles: subscriptions are never held back")
     if args.network or args.producer:
         return _produce_linked(args, stream, options)
+    if args.state or args.close:
+        raise CliError("--state and --close are for a producer of a network file (--producer)")
     try:
         with QuenchingProducer(bootstrap, topic, args.interest_topic, options) as producer:
             producer.send_lines(read_lines(stream))
@@ -127,13 +145,21 @@ def _produce_linked(args: argparse.Namespace, stream: IO[bytes], options: Mappin
 
     net = load_network(args.network)
     try:
-        with LinkedQuenchingProducer(net, args.producer, options) as producer:
-            producer.send_lines(read_lines(stream))
-            counts = producer.close(args.quench_wait or 0.0)
+        with LinkedQuenchingProducer(net, args.producer, options, state=args.state) as producer:
+            if producer.restarted:
+                log.info(
+                    "producer %s goes on from %s: %d lines of the input read",
+                    args.producer,
+                    producer.state,
+                    producer.job.input_lines,
+                )
+            if not args.close:
+                producer.send_lines(read_lines(stream))
+            counts = producer.close(0.0 if args.close else args.quench_wait or 0.0)
     except (ConnectorError, KafkaException, ValueError) as exc:
         raise CliError(str(exc)) from None
     log.info(
-        "producer %s: %d read, %d sent to its site (%d handed over at the end)",
+        "producer %s: %d read, %d sent to its site (%d handed over at the end); closed",
         args.producer,
         counts.lines,
         counts.forwarded,

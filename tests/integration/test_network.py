@@ -341,6 +341,8 @@ def test_a_quenching_producer_equals_one_matcher_given_its_whole_file(tmp_path):
             "buses",
             "--quench-wait",
             "900",
+            "--state",
+            str(tmp_path / "buses.state"),
         )
         finish(producer)
         finish(sites)
