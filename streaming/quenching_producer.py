@@ -38,6 +38,7 @@ out); `LinkedQuenchingProducer` adds Kafka and the state file.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import math
@@ -287,6 +288,22 @@ def save_state(path: Path, job: ProducerJob) -> None:
         os.close(directory)
 
 
+def lock_state(path: Path, name: str) -> int:
+    """An exclusive lock on `path` (on `<path>.lock`, held while the descriptor
+    returned is open; the system drops it when the process dies): two processes of
+    one producer would number different records alike."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path.with_name(path.name + ".lock"), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise ValueError(
+            f"producer {name!r} is running already ({path} is locked by another process)"
+        ) from None
+    return fd
+
+
 def load_state(path: Path, net: Network, name: str) -> ProducerJob | None:
     """The job producer `name` saved at `path`, or None where there is no file; a
     `ValueError` naming the fault where it is not that producer's of this network."""
@@ -333,43 +350,49 @@ class LinkedQuenchingProducer:
         clients: tuple[Any, Any] | None = None,
         clock: Callable[[], int | None] | None = None,
     ) -> None:
+        self.state = Path(state) if state is not None else default_state_path(name)
+        self._lock = lock_state(self.state, name)
+        self._consumer: Any = None
+        self._saved_at = self._saving = 0.0  # when the last save ended, and its time (s)
+        try:
+            loaded = load_state(self.state, net, name)
+            self.restarted = loaded is not None
+            self.job = loaded if loaded is not None else ProducerJob(net, name, topics)
+            self.clock = clock if clock is not None else lambda: int(time.time() * 1000)
+            self._producer, self._consumer = clients or self._clients(options)
+            self._start()
+        except BaseException:
+            self.__exit__()
+            raise
+
+    def _start(self) -> None:
+        """Check the link topics against the state, read on where it was, and send
+        what a killed run saved and may not have sent."""
         from confluent_kafka import TopicPartition
 
-        self.state = Path(state) if state is not None else default_state_path(name)
-        loaded = load_state(self.state, net, name)
-        self.restarted = loaded is not None
-        self.job = loaded if loaded is not None else ProducerJob(net, name, topics)
-        self.clock = clock if clock is not None else lambda: int(time.time() * 1000)
-        self._producer, self._consumer = clients or self._clients(options)
-        inbound, outbound = self.job.inbound, self.job.outbound
-        try:
-            meta = self._consumer.list_topics(timeout=10).topics
-            missing = [t for t in (inbound, outbound) if t not in meta]
-            if missing:
-                raise ValueError(
-                    f"no topic {missing[0]!r} at {self.job.bootstrap}: is the job of site "
-                    f"{self.job.site!r} (tsm run --network) running with this network file?"
-                )
-            _, written = self._consumer.get_watermark_offsets(
-                TopicPartition(outbound, 0), timeout=10
+        name, inbound, outbound = self.job.name, self.job.inbound, self.job.outbound
+        meta = self._consumer.list_topics(timeout=10).topics
+        missing = [t for t in (inbound, outbound) if t not in meta]
+        if missing:
+            raise ValueError(
+                f"no topic {missing[0]!r} at {self.job.bootstrap}: is the job of site "
+                f"{self.job.site!r} (tsm run --network) running with this network file?"
             )
-            if not self.restarted and written:
-                raise ValueError(
-                    f"producer {name!r} has written to its link already and has no state "
-                    f"file {self.state}: give --state where it is (without it the name "
-                    "cannot go on; a new producer needs a new name)"
-                )
-            if written < self.job.acknowledged_count:
-                raise ValueError(
-                    f"{self.state} says producer {name!r} had {self.job.acknowledged_count} "
-                    f"records acknowledged on {outbound}, which holds {written}: it is the "
-                    "state of another run (delete it to start afresh)"
-                )
-        except BaseException:
-            self._consumer.close()
-            raise
+        _, written = self._consumer.get_watermark_offsets(TopicPartition(outbound, 0), timeout=10)
+        if not self.restarted and written:
+            raise ValueError(
+                f"producer {name!r} has written to its link already and has no state "
+                f"file {self.state}: give --state where it is (without it the name "
+                "cannot go on; a new producer needs a new name)"
+            )
+        if written < self.job.acknowledged_count:
+            raise ValueError(
+                f"{self.state} says producer {name!r} had {self.job.acknowledged_count} "
+                f"records acknowledged on {outbound}, which holds {written}: it is the "
+                "state of another run (delete it to start afresh)"
+            )
         self._consumer.assign([TopicPartition(inbound, 0, self.job.link_offset)])
-        self._send()  # (what a killed run saved and may not have sent)
+        self._send()
 
     def _clients(self, options: Mapping[str, str] | None) -> tuple[Any, Any]:
         from confluent_kafka import Consumer
@@ -390,15 +413,25 @@ class LinkedQuenchingProducer:
         return self
 
     def __exit__(self, *_: object) -> None:
-        self._consumer.close()
+        try:
+            if self._consumer is not None:
+                self._consumer.close()
+        finally:
+            os.close(self._lock)
 
-    def send_lines(self, lines: Iterable[bytes], every: int = 200) -> None:
+    def send_lines(
+        self, lines: Iterable[bytes], every: int = 200, saving_at_most: float = 0.2
+    ) -> None:
         """Step over the lines after those the state file says were read (blank ones
-        counted, not sent), `every` lines a step, then end the input."""
+        counted, not sent), then end the input. A step takes at least `every` lines,
+        and more while they come faster than its save allows: the next step waits
+        until saving has taken at most `saving_at_most` of the time (a save costs
+        O(what the producer holds), so a large one steps less often)."""
         chunk: list[bytes] = []
+        wait = 1 / saving_at_most - 1
         for line in self.job.resume(lines):
             chunk.append(line)
-            if len(chunk) >= every:
+            if len(chunk) >= every and time.monotonic() >= self._saved_at + wait * self._saving:
                 self._step(chunk)
                 chunk = []
         if not self.job.ended:
@@ -416,7 +449,10 @@ class LinkedQuenchingProducer:
 
     def _commit(self) -> None:
         """Save the job (its records not acknowledged yet in it), then send them."""
+        started = time.monotonic()
         save_state(self.state, self.job)
+        self._saved_at = time.monotonic()
+        self._saving = self._saved_at - started
         self._send()
 
     def _send(self) -> None:

@@ -339,7 +339,7 @@ def run_with_crashes(sim: Simulated, lines: list[bytes], state, deaths: list[int
                 )
                 sim.producer = producer.job
                 with producer:
-                    producer.send_lines(lines, every=3)
+                    producer.send_lines(lines, every=3, saving_at_most=1)
                     producer.close()
                 return died
             except Crash:
@@ -439,7 +439,7 @@ def killed_after_its_first_line(sim: Simulated, lines: list[bytes], state) -> No
     """The producer steps over its first line (saved, produced, flushed), then dies
     as it reads the link for the second (its process's fourth event)."""
     with pytest.raises(Crash), started(sim, state, dies_at=4) as producer:
-        producer.send_lines(lines, every=1)
+        producer.send_lines(lines, every=1, saving_at_most=1)
 
 
 def test_a_dead_producer_stalls_its_site_until_it_comes_back(tmp_path):
@@ -472,6 +472,8 @@ def test_a_restart_refuses_another_input_a_lost_or_stale_state_another_network(t
     with pytest.raises(ValueError, match="has read 1 lines of another input"):
         with started(sim, state) as producer:
             producer.send_lines(other)
+    with started(sim, state), pytest.raises(ValueError, match="'q' is running already"):
+        started(sim, state)
     with pytest.raises(ValueError, match="has written to its link already and has no state"):
         started(sim, tmp_path / "lost")
     with started(sim, state) as producer:  # (to its close: every record acknowledged)
