@@ -63,7 +63,7 @@ from streaming.network_site import (
     control_tick,
 )
 from streaming.network_topics import site_topics
-from streaming.state.codec import dump_snapshot, load_snapshot
+from streaming.state.codec import SnapshotError, dump_snapshot, load_snapshot
 
 
 @dataclass
@@ -311,7 +311,10 @@ def load_state(path: Path, net: Network, name: str) -> ProducerJob | None:
         blob = path.read_bytes()
     except FileNotFoundError:
         return None
-    job = load_snapshot(blob)
+    try:
+        job = load_snapshot(blob)
+    except SnapshotError as exc:
+        raise ValueError(f"{path}: {exc}") from None
     if not isinstance(job, ProducerJob) or job.name != name:
         raise ValueError(f"{path} is not the state file of producer {name!r}: give --state")
     if job.job.net != net.with_producers():

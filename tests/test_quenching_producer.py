@@ -482,6 +482,9 @@ def test_a_restart_refuses_another_input_a_lost_or_stale_state_another_network(t
     fresh = Simulated("covering", [], live=False)  # (topics made again: another run)
     with pytest.raises(ValueError, match="it is the state of another run"):
         started(fresh, state)
+    (tmp_path / "junk").write_bytes(b"not a state")
+    with pytest.raises(ValueError, match="junk: not a tsm snapshot"):
+        qp.load_state(tmp_path / "junk", sim.net, "q")
     elsewhere = parse_network(NET.format(routing="simple"))
     with pytest.raises(ValueError, match="written with another network file"):
         qp.load_state(state, elsewhere, "q")

@@ -295,7 +295,8 @@ def test_a_quenching_producer_equals_one_matcher_given_its_whole_file(tmp_path):
     """ROUTING §4 on real brokers and Spark: the three sites of the first test, and a
     quenching producer `buses` at the harbour (`[producers.buses]` in the network
     file) that sends its file with `tsm produce profiles --quench --network
-    --producer`, while the sites run with `--available-now`. The union of the
+    --producer` (killed once it has sent a profile, then started again with the
+    same command), while the sites run with `--available-now`. The union of the
     matches topics, duplicates dropped, must equal `tsm replay`'s one matcher given
     every site's input and the producer's whole file, unquenched; the producer's
     link carries fewer publishes than its file holds (it held back what nobody
@@ -330,20 +331,15 @@ def test_a_quenching_producer_equals_one_matcher_given_its_whole_file(tmp_path):
         common += ["--spark-log", str(tmp_path / "spark.log")]
         started = time.monotonic()
         sites = tsm("run", *common, *(f"--site={s}" for s in SITES))
-        producer = tsm(
-            "produce",
-            "profiles",
-            str(tmp_path / "buses.jsonl"),
-            "--quench",
-            "--network",
-            str(net),
-            "--producer",
-            "buses",
-            "--quench-wait",
-            "900",
-            "--state",
-            str(tmp_path / "buses.state"),
-        )
+        produce = ["produce", "profiles", str(tmp_path / "buses.jsonl"), "--quench"]
+        produce += ["--network", str(net), "--producer", "buses", "--quench-wait", "900"]
+        produce += ["--state", str(tmp_path / "buses.state")]
+        producer = tsm(*produce)
+        # (killed once it has sent a profile, started again: it goes on from its state)
+        wait_for(harbour, "buses.tsm.link", b'"type":"profile"', producer)
+        producer.kill()
+        producer.wait()
+        producer = tsm(*produce)
         finish(producer)
         finish(sites)
         elapsed = time.monotonic() - started
