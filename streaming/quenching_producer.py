@@ -43,6 +43,8 @@ import hashlib
 import json
 import math
 import os
+import queue
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -257,6 +259,64 @@ class ProducerJob:
         return out
 
 
+class _LineReader:
+    """A thread that iterates `lines()` into a queue of at most `capacity` lines
+    (it waits while the queue is full), so that the loop waiting for input can
+    step meanwhile; an error raised by the iteration is raised again by `take`.
+    A context manager: leaving it stops the thread at its next line (a thread
+    blocked reading a live input stays blocked; it is a daemon)."""
+
+    _END = object()
+
+    def __init__(self, lines: Callable[[], Iterable[bytes]], capacity: int) -> None:
+        self._queue: queue.Queue[Any] = queue.Queue(maxsize=max(capacity, 1))
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._read, args=(lines,), daemon=True)
+
+    def __enter__(self) -> _LineReader:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+
+    def _read(self, lines: Callable[[], Iterable[bytes]]) -> None:
+        item: Any = self._END
+        try:
+            for line in lines():
+                if not self._put(line):
+                    return
+        except BaseException as exc:  # (the loop raises it)
+            item = exc
+        self._put(item)
+
+    def _put(self, item: Any) -> bool:
+        while not self._stop.is_set():
+            try:
+                self._queue.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def take(self, chunk: list[bytes], most: int, timeout: float) -> bool:
+        """Append to `chunk` the lines there are, up to `most` in it, waiting up to
+        `timeout` s for the first; whether the input has ended. O(lines taken)."""
+        try:
+            item = self._queue.get(timeout=timeout) if timeout > 0 else self._queue.get_nowait()
+            while True:
+                if item is self._END:
+                    return True
+                if isinstance(item, BaseException):
+                    raise item
+                chunk.append(item)
+                if len(chunk) >= most:
+                    return False
+                item = self._queue.get_nowait()
+        except queue.Empty:
+            return False
+
+
 def _ts(line: bytes) -> int | None:
     """A line's ts where it has one (the rest is the site job's to judge)."""
     try:
@@ -423,26 +483,50 @@ class LinkedQuenchingProducer:
             os.close(self._lock)
 
     def send_lines(
-        self, lines: Iterable[bytes], every: int = 200, saving_at_most: float = 0.2
+        self,
+        lines: Iterable[bytes],
+        every: int = 200,
+        saving_at_most: float = 0.2,
+        idle_step_s: float | None = None,
     ) -> None:
         """Step over the lines after those the state file says were read (blank ones
         counted, not sent), then end the input. A step takes at least `every` lines,
         and more while they come faster than its save allows: the next step waits
         until saving has taken at most `saving_at_most` of the time (a save costs
-        O(what the producer holds), so a large one steps less often)."""
-        chunk: list[bytes] = []
+        O(what the producer holds), so a large one steps less often).
+
+        A reader thread takes the lines into a bounded queue (`_LineReader`), so a
+        live input that pauses stalls nobody: every `idle_step_s` (default half the
+        network's `idle_ms`, as a site's ticks) the loop steps on what it has, even
+        no line, reading the site's interest, sending a clock tick (the idle rule
+        moves its watermark on) and catching up what that interest wants. Lines
+        the reader has taken and no step has are not in the state file: a restart
+        reads them again."""
+        if self.job.ended:
+            for line in self.job.resume(lines):
+                if line.strip():
+                    self.job.step([line])  # (refused: the input was ended; it says so)
+            return
+        if idle_step_s is None:
+            idle_step_s = max(self.job.job.net.idle_ms / 2000, 0.005)
         wait = 1 / saving_at_most - 1
-        for line in self.job.resume(lines):
-            chunk.append(line)
-            if len(chunk) >= every and time.monotonic() >= self._saved_at + wait * self._saving:
-                self._step(chunk)
-                chunk = []
-        if not self.job.ended:
-            self._step(chunk)
-            self.job.end()
-            self._commit()
-        elif any(line.strip() for line in chunk):
-            self.job.step(chunk)  # (refused: the input was ended; it says so)
+        chunk: list[bytes] = []
+        stepped = time.monotonic()
+        with _LineReader(lambda: self.job.resume(lines), capacity=4 * every) as reader:
+            while True:
+                saved = self._saved_at + wait * self._saving
+                due = max(saved, stepped + idle_step_s)
+                ended = reader.take(chunk, every, timeout=max(0.0, due - time.monotonic()))
+                if ended:
+                    break
+                now = time.monotonic()
+                if now >= saved and (len(chunk) >= every or now >= stepped + idle_step_s):
+                    self._step(chunk)
+                    chunk = []
+                    stepped = time.monotonic()
+        self._step(chunk)
+        self.job.end()
+        self._commit()
 
     def _step(self, lines: list[bytes], timeout: float = 0.0) -> None:
         messages = self._consumer.consume(1000, timeout=timeout)

@@ -16,6 +16,7 @@ import json
 import os
 import random
 import tempfile
+import time
 from collections import Counter, defaultdict
 from collections.abc import Iterator
 from pathlib import Path
@@ -459,6 +460,53 @@ def test_a_dead_producer_stalls_its_site_until_it_comes_back(tmp_path):
     sim.run(40)
     assert all(job.done for job in sim.jobs.values())
     assert sorted(set(sim.matches)) == sorted(one_matcher(subs, [json.loads(x) for x in lines]))
+
+
+def test_a_producer_whose_input_pauses_does_not_stall_its_site():
+    """Live: the producer's input gives one line, then waits; meanwhile b publishes p
+    for a's subscriber at ts 500, past that line's. The producer steps while its
+    input waits (the site's interest read, clock ticks: the idle rule moves its
+    watermark on), so a matches p before the input goes on."""
+    import streaming.quenching_producer as qp
+
+    subs = [sub("s", 5, "x < 5", site="a")]
+    sim = Simulated("covering", subs, live=True)
+    elsewhere = pub("p", 500, 1, valid_to=10**6)
+    profiles = sim.topics["b"].topics.profiles
+    sim.inputs["b"].append(KafkaRow(profiles, 0, 0, None, None, _bytes(elsewhere), 500))
+    lines: list[dict] = []
+    while_paused: list[list[bytes]] = []
+
+    def pausing_input() -> Iterator[bytes]:
+        lines.append(pub("q1", sim.now + 1, 50, valid_to=10**6))
+        yield _bytes(lines[-1])
+        deadline = time.monotonic() + 3
+        while not sim.matches and time.monotonic() < deadline:
+            time.sleep(0.01)
+        while_paused.append(list(sim.matches))
+        lines.append(pub("q2", sim.now + 100, 2, valid_to=10**6))
+        yield _bytes(lines[-1])
+
+    clients = Clients(sim, None, random.Random(0))
+    with (
+        memory_directory() as directory,
+        qp.LinkedQuenchingProducer(
+            sim.net,
+            "q",
+            state=directory / "q.state",
+            clients=(clients, clients),
+            clock=lambda: sim.now,
+        ) as producer,
+    ):
+        sim.producer = producer.job
+        producer.send_lines(pausing_input(), every=1, saving_at_most=1)
+        producer.close()
+    (matched,) = while_paused
+    assert [json.loads(m)["profile_id"] for m in matched] == ["p"]
+    sim.run(80)
+    expected = one_matcher(subs, sorted([*lines, elsewhere], key=lambda r: r["ts"]))
+    assert [json.loads(m)["profile_id"] for m in expected] == ["p", "q2"]
+    assert sorted(set(sim.matches)) == sorted(expected)
 
 
 def test_a_restart_refuses_another_input_a_lost_or_stale_state_another_network(tmp_path):
