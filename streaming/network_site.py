@@ -136,12 +136,12 @@ class SiteJob:
     """A site's streaming state and its step (see the module docstring)."""
 
     def __init__(self, net: Network, name: str, topics: SiteTopics) -> None:
-        self.net = net
+        net = self.net = net.with_producers()  # (a quenching producer is a leaf site)
         self.name = name
         self.topics = topics
         self.index = net.names.index(name)
         self.site = Site(name, net)
-        if net.routing != "flooding":
+        if net.routing != "flooding" and not net.is_producer(name):
             # what this site's producers are told: every subscriber's interest that
             # reaches here, as a covering root set, each filter under its own key
             quench = replace(net, routing="covering", advertisements=False)

@@ -72,6 +72,7 @@ def site_topics(net: Network, name: str, topics: Topics | None = None) -> SiteTo
     """The topics of site `name` (the clients' named as `topics` says, after the site's
     prefix); ValueError if the file gives it or a neighbour no bootstrap."""
     topics = topics or Topics()
+    net = net.with_producers()  # (a quenching producer's link topics are on its site)
     sites = {s.name: s for s in net.sites}
     if name not in sites:
         raise ValueError(f"site {name!r} is not in the network file ({', '.join(net.names)})")

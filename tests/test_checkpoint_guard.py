@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -51,3 +52,40 @@ def test_a_checkpoint_from_before_the_guard_keeps_the_sharding_it_starts_with(tm
     check_sharding(str(checkpoint), build_sharding(CUTS))
     with pytest.raises(ShardingChanged, match="no space sharded"):
         check_sharding(str(checkpoint), build_sharding({}))
+
+
+NET = """links = [["a", "b"]]
+[sites.a]
+bootstrap = "h:1"
+[sites.b]
+bootstrap = "h:2"
+"""
+
+
+def test_a_committed_site_checkpoint_refuses_other_producers(tmp_path):
+    """A site's state keeps the network of its first batch: a producer added to the
+    file, removed, moved or put in another order is refused, naming the change."""
+    from matcher.routing.network import parse_network
+    from streaming.checkpoint_guard import PRODUCERS_FILE, ProducersChanged, check_producers
+
+    def net(producers: str):
+        return parse_network(NET + producers)
+
+    checkpoint = tmp_path / "cp"
+    started = '[producers.q]\nsite = "a"\n[producers.r]\nsite = "b"\n'
+    check_producers(str(checkpoint), net(""), "a")
+    check_producers(str(checkpoint), net(started), "a")  # no state yet: replaced
+    assert json.loads((checkpoint / PRODUCERS_FILE).read_text()) == [["q", "a"], ["r", "b"]]
+    _commit(checkpoint)
+    check_producers(str(checkpoint), net(started), "a")  # the same: goes on
+    changed = {
+        started + '[producers.z]\nsite = "b"\n': "producers changed: 'z' added (at site 'b');",
+        '[producers.q]\nsite = "a"\n': "producers changed: 'r' removed;",
+        '[producers.q]\nsite = "a"\n[producers.r]\nsite = "a"\n': "'r' moved from site 'b' to 'a'",
+        '[producers.r]\nsite = "b"\n[producers.q]\nsite = "a"\n': "their order in the file",
+    }
+    for producers, said in changed.items():
+        with pytest.raises(ProducersChanged, match=re.escape(said)) as refused:
+            check_producers(str(checkpoint), net(producers), "a")
+        assert str(refused.value).startswith("site 'a': ")
+        assert "\n" not in str(refused.value)

@@ -105,3 +105,17 @@ def test_status_shows_the_last_report_of_each_site():
     text = status_text(status)
     assert "running" in text and "900" in text
     assert text.splitlines()[-1].split()[:4] == ["a->b", "3", "0", "5"]
+
+
+def test_run_refuses_a_site_checkpoint_started_with_other_producers(net, tmp_path, capsys):
+    """Before any broker is asked: the site's checkpoint keeps its network's producers."""
+    from matcher.routing.network import parse_network
+    from streaming.checkpoint_guard import check_producers
+
+    checkpoint = tmp_path / "cp"
+    check_producers(str(checkpoint / "a"), parse_network(net.read_text()), "a")
+    (checkpoint / "a" / "commits").mkdir(parents=True)
+    (checkpoint / "a" / "commits" / "0").write_text("v1\n")
+    net.write_text(net.read_text() + '[producers.buses]\nsite = "a"\n')
+    assert tsm(["run", "--network", str(net), "--checkpoint", str(checkpoint)]) == 2
+    assert "site 'a': producers changed: 'buses' added (at site 'a')" in error(capsys)

@@ -10,7 +10,8 @@ writing a random part of their output and run again from the state before
 (as Spark re-runs a batch whose commit did not happen): the receivers must
 apply each link record once, and the match records differ only by
 duplicates. The union of the sites' match records, without duplicates, must
-equal one matcher's (`matcher.engine.Engine`) given every site's input.
+equal one matcher's (`matcher.engine.Engine`) given every site's input, with
+quenching producers at random sites stepping as their leaf sites' jobs.
 
 With moves (ROUTING §5), the same run over `tests.test_routing_moves`'s
 clients who move while they change: each subscriber, read from the sites'
@@ -49,6 +50,7 @@ from tests.test_routing_equivalence import (
     churn,
     generated,
     qualified,
+    quenching,
     trees,
 )
 from tests.test_routing_moves import advertise_everything, assert_each_follows, mobile
@@ -90,6 +92,7 @@ def run_network(
     topics hold (`control_start` with the end offsets), or with `live_until`, a
     live run: no ends, and once a site has read its records, clock ticks from
     `live_until` on, `idle_ms` apart, move its watermark past it."""
+    net = net.with_producers()  # (a quenching producer steps as a leaf site's job)
     topics = {name: site_topics(net, name) for name in net.names}
     kafka: dict[tuple[str, str], Topic] = {}
 
@@ -156,7 +159,9 @@ def run_network(
         write(jobs[name].step(rows), topics, topic, name, written, None)
     assert all(finished(job) for job in jobs.values()), {n: j.report() for n, j in jobs.items()}
     assert all(not job.pending for job in jobs.values())
-    written.interest.update({name: topic(name, t.interest).records for name, t in topics.items()})
+    written.interest.update(
+        {n: topic(n, t.interest).records for n, t in topics.items() if not net.is_producer(n)}
+    )
     return written
 
 
@@ -260,10 +265,12 @@ def test_streaming_sites_equal_one_matcher(data, tree, routing, seed):
     profiles = [r for kind, r in records if kind == "profile"]
     with_adverts = data.draw(st.booleans())
     toml = network_toml(list(order), links, *routing, advertisements=with_adverts)
-    net = parse_network(with_bootstraps(toml, order))
     sent = profiles
     if with_adverts:  # the one matcher gets what each site admits
         sent = profiles + data.draw(adverts(order, churned))
+    toml += data.draw(quenching(order, sent, subs))  # (a producer's ids are its own: qualified)
+    net = parse_network(with_bootstraps(toml, order))
+    if with_adverts:
         keep = admitted(list(enumerate(sent)))
         profiles = [r for i, r in enumerate(sent) if i in keep or r["op"] == "retract"]
     live_until = None

@@ -31,7 +31,7 @@ from tsm_cli.args import (
     whole,
 )
 from tsm_cli.progress import Bar
-from tsm_cli.quench import produce_quenched, quench_flags
+from tsm_cli.quench import linked_bootstrap, produce_quenched, quench_flags
 
 log = logging.getLogger(__name__)
 
@@ -199,6 +199,8 @@ def _produce(args: argparse.Namespace) -> int:
     from connectors.errors import ConnectorError
     from connectors.produce import produce_lines, read_lines
 
+    if args.quench and (args.network or args.producer):
+        args.bootstrap = args.bootstrap or linked_bootstrap(args)
     config, bootstrap, options = _connect(args)
     topic = args.topic or getattr(config.topics, args.kind)
     if args.quench:

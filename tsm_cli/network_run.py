@@ -108,9 +108,15 @@ def run_sites(
 
     from connectors.admin import BadClientSetting
     from streaming import job, network_job
+    from streaming.checkpoint_guard import check_producers
     from streaming.network_site import control_start
     from streaming.stopping import POLL_SECONDS, StopFlag, StopRequested
 
+    for name in names:
+        try:
+            check_producers(str(checkpoint / name), net, name)
+        except ValueError as exc:
+            raise CliError(str(exc)) from None
     runs = {}
     for name in names:
         try:

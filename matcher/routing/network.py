@@ -13,7 +13,7 @@ import math
 import re
 import tomllib
 import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 STRATEGIES = ("flooding", "simple", "identity", "covering", "merging")
@@ -26,6 +26,7 @@ DEFAULTS: dict[str, Any] = {
     "idle_ms": 5000,
 }
 SITE_KEYS = ("bootstrap", "prefix")
+PRODUCER_KEYS = ("site",)
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*\Z")
 
 
@@ -52,6 +53,7 @@ class Network:
     merge_budget: float = DEFAULTS["merge_budget"]
     advertisements: bool = DEFAULTS["advertisements"]
     idle_ms: int = DEFAULTS["idle_ms"]
+    producers: tuple[tuple[str, str], ...] = ()  # (producer, its site), file order
     _neighbours: dict[str, tuple[str, ...]] = field(
         default_factory=dict, init=False, repr=False, compare=False
     )
@@ -91,8 +93,9 @@ class Network:
     def selecting_site(self, space: str) -> str:
         """The site that holds every subscription with delivery fields of `space` and
         runs its delivery policies (docs/DELIVERY.md §9): a pure function of the
-        space's name and the sites' names, the same at every site. O(sites)."""
-        names = sorted(self.names)
+        space's name and the sites' names (never a quenching producer's), the same at
+        every site. O(sites)."""
+        names = sorted(n for n in self.names if not self.is_producer(n))
         return names[zlib.crc32(space.encode("utf-8", "surrogatepass")) % len(names)]
 
     def path(self, start: str, end: str) -> list[str]:
@@ -109,6 +112,24 @@ class Network:
         while out[-1] != start:
             out.append(back[out[-1]])
         return out[::-1]
+
+    def is_producer(self, name: str) -> bool:
+        """Whether `name` is a quenching producer's (a leaf with no subscribers)."""
+        return any(p == name for p, _ in self.producers)
+
+    def with_producers(self) -> Network:
+        """The network with each quenching producer as a leaf site linked to its site
+        alone, on its site's cluster, after the sites in file order (itself where
+        it names no producer, or already has them as sites). O(sites)."""
+        names = set(self.names)
+        added = [(p, s) for p, s in self.producers if p not in names]
+        if not added:
+            return self
+        hosts = {s.name: s for s in self.sites}
+        leaves = tuple(Site(p, hosts[s].bootstrap, f"{hosts[s].prefix}{p}.") for p, s in added)
+        return replace(
+            self, sites=self.sites + leaves, links=self.links + tuple((s, p) for p, s in added)
+        )
 
     def directed_links(self) -> list[tuple[str, str]]:
         """Every link in both directions, sorted."""
@@ -132,9 +153,9 @@ def parse_network(text: str, name: str = "network file") -> Network:
 
 def network_of(doc: dict[str, Any]) -> Network:
     """A network from the parsed TOML tables."""
-    unknown = sorted(set(doc) - set(DEFAULTS) - {"links", "sites"})
+    unknown = sorted(set(doc) - set(DEFAULTS) - {"links", "sites", "producers"})
     if unknown:
-        known = ", ".join([*DEFAULTS, "links", "sites"])
+        known = ", ".join([*DEFAULTS, "links", "sites", "producers"])
         raise NetworkError(f"unknown setting {unknown[0]!r} (the settings are {known})")
     sites_table = doc.get("sites")
     if not isinstance(sites_table, dict) or not sites_table:
@@ -143,7 +164,8 @@ def network_of(doc: dict[str, Any]) -> Network:
     links = _links(doc.get("links", []))
     settings = {key: doc.get(key, default) for key, default in DEFAULTS.items()}
     _check_settings(settings)
-    return Network(sites, links, **settings)
+    producers = _producers(doc.get("producers", {}), {s.name for s in sites})
+    return Network(sites, links, **settings, producers=producers)
 
 
 def _site(name: str, table: Any) -> Site:
@@ -162,6 +184,33 @@ def _site(name: str, table: Any) -> Site:
         if key in table and not isinstance(table[key], str):
             raise NetworkError(f"sites.{name}.{key} must be a string, got {table[key]!r}")
     return Site(name, table.get("bootstrap"), table.get("prefix", ""))
+
+
+def _producers(table: Any, sites: set[str]) -> tuple[tuple[str, str], ...]:
+    if not isinstance(table, dict):
+        raise NetworkError('producers must be tables, e.g. [producers.buses] site = "harbour"')
+    out = []
+    for name, entry in table.items():
+        if not _NAME.match(name):
+            raise NetworkError(
+                f"producer name {name!r}: use letters, digits, '.', '_' and '-' "
+                "(it prefixes topics)"
+            )
+        if name in sites:
+            raise NetworkError(f"producer {name!r} has the name of a site: give it another")
+        if not isinstance(entry, dict) or set(entry) - set(PRODUCER_KEYS):
+            raise NetworkError(
+                f'producers.{name} must be a table with only site = "SITE", e.g. '
+                f'[producers.{name}] site = "{min(sites)}"'
+            )
+        site = entry.get("site")
+        if site not in sites:
+            raise NetworkError(
+                f"producers.{name}.site {site!r} names no site of the file "
+                f"({', '.join(sorted(sites))})"
+            )
+        out.append((name, site))
+    return tuple(out)
 
 
 def _links(value: Any) -> tuple[tuple[str, str], ...]:

@@ -129,7 +129,7 @@ class OfflineNetwork:
     """Run a network over every site's records (see the module docstring)."""
 
     def __init__(self, net: Network, delays: Delays = Delays()) -> None:
-        self.net = net
+        net = self.net = net.with_producers()  # (a quenching producer is a leaf site)
         self.delays = delays
         rng = random.Random(f"delays:{delays.seed}")
         self.base = {d: rng.uniform(*delays.base_ms) for d in net.directed_links()}

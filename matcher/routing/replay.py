@@ -75,7 +75,9 @@ class Output:
 
 
 def replay_network(net: Network, items: list[Input], delays: Delays | None = None) -> Output:
-    """Run raw subscriptions and profiles-topic records through the network."""
+    """Run raw subscriptions and profiles-topic records through the network (a record
+    whose `site` names a quenching producer of the file enters through it)."""
+    net = net.with_producers()
     dead: list[tuple[tuple, dict[str, Any]]] = []
     parsed = []
     for n, item in enumerate(items):
@@ -86,6 +88,10 @@ def replay_network(net: Network, items: list[Input], delays: Delays | None = Non
             if not isinstance(site, str) or site not in net.names:
                 reason = f"unknown site {site!r}: the network file names {', '.join(net.names)}"
                 dead.append(((n,), _letter(reason, item, net.first)))
+                continue
+            if item.kind == "subscription" and net.is_producer(site):
+                reason = f"{site!r} is a quenching producer: it has no subscribers"
+                dead.append(((n,), _letter(reason, item, site)))
                 continue
         parsed.append((n, item, obj, site))
     renamed = _qualified(parsed, net.names)

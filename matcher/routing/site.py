@@ -396,15 +396,15 @@ class Site:
         self.routes: dict[tuple[str, str], list[Inbox]] = {}
         self._route(("local", "sub"), self.matcher.inbox())
         self._route(("local", "pub"), self.matcher.inboxes[0])
-        for n in self.neighbours:
-            self._route((n, "profile"), self.matcher.inbox())
+        if not net.is_producer(name):  # (a producer matches nothing: it takes no profiles)
+            for n in self.neighbours:
+                self._route((n, "profile"), self.matcher.inbox())
         self._route(("hosted", "sub"), self.matcher.inbox())
         for n in self.neighbours:
             ports: list[Port] = []
-            data = ProfilePort(n, flooding=flooding, behind=net.behind(name, n))
-            self._route(("local", "pub"), data.inbox())
+            # (a quenching producer has no subscribers: it is sent no profiles)
+            producer = net.is_producer(n)
             if not flooding:
-                self._route((n, "interest"), data.inbox())
                 interest = InterestPort(n, net)
                 self._route(("local", "interest"), interest.inbox())
                 self._route(("hosted", "interest"), interest.inbox())
@@ -414,7 +414,12 @@ class Site:
                     self._route(("local", "advert"), adverts.inbox())
                     ports.append(adverts)
                 ports.append(interest)
-            ports.append(data)
+            if not producer:
+                data = ProfilePort(n, flooding=flooding, behind=net.behind(name, n))
+                self._route(("local", "pub"), data.inbox())
+                if not flooding:
+                    self._route((n, "interest"), data.inbox())
+                ports.append(data)
             for other in self.neighbours:
                 if other != n:
                     for port in ports:
@@ -422,7 +427,9 @@ class Site:
             self.ports[n] = ports
         self._route(("moves", "profile"), self.matcher.inbox())
         for ports in self.ports.values():
-            self._route(("moves", "profile"), ports[-1].inbox())
+            for port in ports:
+                if isinstance(port, ProfilePort):
+                    self._route(("moves", "profile"), port.inbox())
         self.stages: list[Stage] = [self.matcher] + [p for ps in self.ports.values() for p in ps]
 
     def add_port(self, port: Port, sources: list[tuple[str, str]]) -> None:
@@ -456,6 +463,13 @@ class Site:
             names = ", ".join(self.net.names)
             reason = f"unknown site {move.origin!r} in 'from': the network file names {names}"
             self.local.refuse(handle, reason)
+        elif self.net.is_producer(move.origin) or self.net.is_producer(self.name):
+            producer = move.origin if self.net.is_producer(move.origin) else self.name
+            self.local.refuse(
+                handle,
+                f"{producer!r} is a quenching producer: its profiles do not move (publish "
+                "them at a site with a move of their own)",
+            )
         elif move.origin == self.name:
             self.local.refuse(
                 handle,

@@ -105,19 +105,53 @@ def finish(process: subprocess.Popen, timeout: float = 900) -> str:
     return err
 
 
+def write_network(
+    tmp_path: Path, brokers: list, subs: list[dict], profiles: list[dict], more: str = ""
+) -> Path:
+    """The three sites in a line on `brokers`, each site's records on its topics; the
+    network file (with `more` at its end)."""
+    toml = 'routing = "covering"\nidle_ms = 2000\n'
+    toml += 'links = [["harbour", "centre"], ["centre", "airport"]]\n'
+    for site, broker in zip(SITES, brokers, strict=True):
+        toml += f'[sites.{site}]\nbootstrap = "{broker.bootstrap}"\n'
+        create_topics(broker.bootstrap, dict.fromkeys(TOPICS, 1))
+        produce_lines(broker.bootstrap, "tsm.subscriptions", lines(subs, site))
+        produce_lines(broker.bootstrap, "tsm.profiles", lines(profiles, site))
+    net = tmp_path / "net.toml"
+    net.write_text(toml + more)
+    return net
+
+
+def read_sites(brokers: list) -> tuple[list[tuple[str, dict]], list[bytes]]:
+    """Every site's match records, with their site, and its dead letters."""
+    got, dead = [], []
+    for site, broker in zip(SITES, brokers, strict=True):
+        values = consume_values(broker.bootstrap, "tsm.matches", from_beginning=True, timeout=3)
+        got += [(site, json.loads(v)) for v in values]
+        dead += list(
+            consume_values(broker.bootstrap, "tsm.deadletter", from_beginning=True, timeout=1)
+        )
+    return got, dead
+
+
+def one_matcher(tmp_path: Path, subs: list[dict], profile_lines: list[bytes]) -> list[dict]:
+    """`tsm replay` of one matcher given every site's input, in one pair of files."""
+    (tmp_path / "subs.jsonl").write_bytes(b"\n".join(lines(subs)) + b"\n")
+    (tmp_path / "profiles.jsonl").write_bytes(b"\n".join(profile_lines) + b"\n")
+    replay = subprocess.run(
+        [str(TSM), "replay", "--subscriptions", str(tmp_path / "subs.jsonl")]
+        + ["--profiles", str(tmp_path / "profiles.jsonl")],
+        capture_output=True,
+        check=True,
+    )
+    return [json.loads(line) for line in replay.stdout.splitlines()]
+
+
 def test_three_sites_equal_one_matcher_across_a_sigkill(tmp_path):
     subs, profiles = workload(seed=32)
     brokers = [EmbeddedBroker(data_dir=tmp_path / f"broker-{s}").start() for s in SITES]
     try:
-        toml = 'routing = "covering"\nidle_ms = 2000\n'
-        toml += 'links = [["harbour", "centre"], ["centre", "airport"]]\n'
-        for site, broker in zip(SITES, brokers, strict=True):
-            toml += f'[sites.{site}]\nbootstrap = "{broker.bootstrap}"\n'
-            create_topics(broker.bootstrap, dict.fromkeys(TOPICS, 1))
-            produce_lines(broker.bootstrap, "tsm.subscriptions", lines(subs, site))
-            produce_lines(broker.bootstrap, "tsm.profiles", lines(profiles, site))
-        net = tmp_path / "net.toml"
-        net.write_text(toml)
+        net = write_network(tmp_path, brokers, subs, profiles)
         common = ["--network", str(net), "--available-now", "--checkpoint", str(tmp_path / "ck")]
         common += ["--spark-log", str(tmp_path / "spark.log")]
         started = time.monotonic()
@@ -134,28 +168,13 @@ def test_three_sites_equal_one_matcher_across_a_sigkill(tmp_path):
         finish(ends)
         elapsed = time.monotonic() - started
 
-        got, dead = [], []
-        for site, broker in zip(SITES, brokers, strict=True):
-            values = consume_values(broker.bootstrap, "tsm.matches", from_beginning=True, timeout=3)
-            got += [(site, json.loads(v)) for v in values]
-            dead += list(
-                consume_values(broker.bootstrap, "tsm.deadletter", from_beginning=True, timeout=1)
-            )
+        got, dead = read_sites(brokers)
     finally:
         for broker in brokers:
             broker.stop()
     assert dead == []
 
-    # one matcher: every site's input, in one pair of files
-    (tmp_path / "subs.jsonl").write_bytes(b"\n".join(lines(subs)) + b"\n")
-    (tmp_path / "profiles.jsonl").write_bytes(b"\n".join(lines(profiles)) + b"\n")
-    replay = subprocess.run(
-        [str(TSM), "replay", "--subscriptions", str(tmp_path / "subs.jsonl")]
-        + ["--profiles", str(tmp_path / "profiles.jsonl")],
-        capture_output=True,
-        check=True,
-    )
-    expected = [json.loads(line) for line in replay.stdout.splitlines()]
+    expected = one_matcher(tmp_path, subs, lines(profiles))
     assert len(expected) > 100
     unique = {json.dumps(m, sort_keys=True): (site, m) for site, m in got}
     assert sorted(unique) == sorted(json.dumps(m, sort_keys=True) for m in expected)
@@ -270,3 +289,76 @@ def wait_for(bootstrap: str, topic: str, needle: bytes, process: subprocess.Pope
                 return
     finally:
         consumer.close()
+
+
+def test_a_quenching_producer_equals_one_matcher_given_its_whole_file(tmp_path):
+    """ROUTING §4 on real brokers and Spark: the three sites of the first test, and a
+    quenching producer `buses` at the harbour (`[producers.buses]` in the network
+    file) that sends its file with `tsm produce profiles --quench --network
+    --producer` (killed once it has sent a profile, then started again with the
+    same command), while the sites run with `--available-now`. The union of the
+    matches topics, duplicates dropped, must equal `tsm replay`'s one matcher given
+    every site's input and the producer's whole file, unquenched; the producer's
+    link carries fewer publishes than its file holds (it held back what nobody
+    wanted), and nothing goes to the dead letters."""
+    subs, profiles = workload(seed=33)
+    rng = random.Random(34)
+    buses = []
+    for n in range(80):
+        x = rng.uniform(0, 100)
+        ts = BASE + 40 * n + 20  # (between the other publishers' ts)
+        buses.append(
+            {
+                "op": "publish",
+                "id": f"bus{n % 20}",
+                "space": "vehicles",
+                "attrs": {"x": round(x, 2), "y": rng.randint(0, 99)},
+                "valid_to": ts + rng.choice((500, 3000, 10**9)),
+                "ts": ts,
+                "payload": {"bus": n},
+            }
+        )
+    brokers = [EmbeddedBroker(data_dir=tmp_path / f"broker-{s}").start() for s in SITES]
+    try:
+        net = write_network(
+            tmp_path, brokers, subs, profiles, '[producers.buses]\nsite = "harbour"\n'
+        )
+        harbour = brokers[0].bootstrap
+        # (what the harbour's job makes: the producer's link topics, on its cluster)
+        create_topics(harbour, {"buses.tsm.link": 1, "buses.harbour.tsm.link": 1})
+        (tmp_path / "buses.jsonl").write_bytes(b"\n".join(lines(buses)) + b"\n")
+        common = ["--network", str(net), "--available-now", "--checkpoint", str(tmp_path / "ck")]
+        common += ["--spark-log", str(tmp_path / "spark.log")]
+        started = time.monotonic()
+        sites = tsm("run", *common, *(f"--site={s}" for s in SITES))
+        produce = ["produce", "profiles", str(tmp_path / "buses.jsonl"), "--quench"]
+        produce += ["--network", str(net), "--producer", "buses", "--quench-wait", "900"]
+        produce += ["--state", str(tmp_path / "buses.state")]
+        producer = tsm(*produce)
+        # (killed once it has sent a profile, started again: it goes on from its state)
+        wait_for(harbour, "buses.tsm.link", b'"type":"profile"', producer)
+        producer.kill()
+        producer.wait()
+        producer = tsm(*produce)
+        finish(producer)
+        finish(sites)
+        elapsed = time.monotonic() - started
+
+        got, dead = read_sites(brokers)
+        link = consume_values(harbour, "buses.tsm.link", from_beginning=True, timeout=3)
+        sent = [json.loads(v) for v in link]
+    finally:
+        for broker in brokers:
+            broker.stop()
+    assert dead == []
+    forwarded = [m for m in sent if m["type"] == "profile" and m["record"].get("op") != "retract"]
+    assert 0 < len(forwarded) < len(buses)
+
+    expected = one_matcher(tmp_path, subs, lines(profiles) + lines(buses))
+    assert any(m["profile_id"].startswith("bus") for m in expected)
+    unique = {json.dumps(m, sort_keys=True) for _, m in got}
+    assert sorted(unique) == sorted(json.dumps(m, sort_keys=True) for m in expected)
+    print(
+        f"a quenching producer at the harbour: {elapsed:.0f} s, {len(forwarded)} of "
+        f"{len(buses)} buses sent to its site"
+    )
