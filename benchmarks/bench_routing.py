@@ -99,7 +99,9 @@ def run_one(
     start = time.perf_counter()
     out = replay_network(net, items, Delays(seed=SEED))
     seconds = time.perf_counter() - start
-    got = [{k: v for k, v in m.items() if k != "site"} for m in out.matches]
+    got = out.matches
+    for m in got:  # (each record is the run's own: the site is dropped in place)
+        del m["site"]
     if got != reference:
         raise Mismatch(
             f"{label}: {len(got)} match records from the network, {len(reference)} from one "
@@ -137,12 +139,23 @@ def main(
     workloads: tuple[str, ...] | None = None,
     subscriptions: int | None = None,
     command: str = "",
+    topologies: tuple[str, ...] | None = None,
+    strategies: tuple[str, ...] | None = None,
 ) -> int:
+    """Run the plan (or the part that `workloads`, `topologies` and `strategies`
+    select), writing the results after each topology: a long run that stops keeps
+    what it finished. The rows of a part replace those of the same case and strategy
+    in each folder's results and keep the others (of the same sizes and budget)."""
     plan = QUICK if quick else FULL
-    if workloads:
-        plan = Plan(workloads, plan.subscriptions, plan.profiles)
-    if subscriptions:
-        plan = Plan(plan.workloads, subscriptions, plan.profiles)
+    plan = Plan(
+        workloads or plan.workloads,
+        subscriptions or plan.subscriptions,
+        plan.profiles,
+        topologies or plan.topologies,
+    )
+    chosen = [s for s in STRATEGIES if strategies is None or s[0] in strategies]
+    folders = [results or DEFAULT_RESULTS] + ([DOCS] if docs else [])
+    kept = {folder: _earlier(folder, plan) for folder in folders}
     rows: list[dict[str, Any]] = []
     started = time.perf_counter()
     commit = _commit()  # (the code that runs: taken now, not when it ends)
@@ -155,23 +168,87 @@ def main(
             for how in plan.placements:
                 placed_subs, placed_profiles = place(subs, profiles, names, how, reference)
                 items = _items(placed_subs, placed_profiles)
-                for strategy in STRATEGIES:
+                for strategy in chosen:
                     row = run_one(items, reference, names, links, strategy)
                     row.update(workload=kind, topology=topo, placement=how, single_s=single_s)
                     rows.append(row)
                     print(_progress(row), flush=True)
-        # (what is done so far is written after each workload: a long run that stops
-        # keeps its finished workloads)
-        done = kind == plan.workloads[-1]
-        meta = _meta(plan, time.perf_counter() - started, command, commit)
-        if not done:
-            finished = plan.workloads[: plan.workloads.index(kind) + 1]
-            meta["partial"] = f"workloads done so far: {', '.join(finished)}"
-        targets = check_targets(rows)
-        for folder in [results or DEFAULT_RESULTS] + ([DOCS] if docs else []):
-            write(folder, rows, targets, meta)
-    print(targets_text(targets))
+            run = {
+                "command": command or "tsm bench routing",
+                "commit": commit,
+                "minutes": round((time.perf_counter() - started) / 60, 1),
+                "rows": len(rows),
+            }
+            for folder in folders:
+                merged, meta = _merged(*kept[folder], rows, run, plan)
+                write(folder, merged, check_targets(merged), meta)
+    print(targets_text(check_targets(rows)))
     return 0
+
+
+def _case(row: dict[str, Any]) -> tuple[str, str, str, str]:
+    return (row["workload"], row["topology"], row["placement"], row["strategy"])
+
+
+def _earlier(folder: Path, plan: Plan) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The rows of a folder's results made at the plan's sizes and budget, and the
+    runs that made them (none: none)."""
+    path = folder / "routing.json"
+    if not path.exists():
+        return [], []
+    old = json.loads(path.read_text())
+    meta = old["meta"]
+    same = (meta["subscriptions"], meta["profiles"], meta["merge_budget"], meta["seed"])
+    if same != (plan.subscriptions, plan.profiles, BUDGET, SEED):
+        return [], []
+    runs = meta.get("runs") or [
+        {k: meta[k] for k in ("command", "commit", "minutes")} | {"rows": len(old["rows"])}
+    ]
+    return old["rows"], runs
+
+
+def _merged(
+    earlier_rows: list[dict[str, Any]],
+    earlier_runs: list[dict[str, Any]],
+    rows: list[dict[str, Any]],
+    run: dict[str, Any],
+    plan: Plan,
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Earlier rows that these do not replace, and these, in the full plan's order;
+    the meta of them all: the runs that made them, and the cases still missing."""
+    new = {_case(r) for r in rows}
+    out = [r for r in earlier_rows if _case(r) not in new] + rows
+    order = {
+        case: i
+        for i, case in enumerate(
+            (w, t, p, s[0])
+            for w in KINDS
+            for t in TOPOLOGIES
+            for p in PLACEMENTS
+            for s in STRATEGIES
+        )
+    }
+    out.sort(key=lambda r: order.get(_case(r), len(order)))
+    left = [r for r in earlier_runs if r is not run]
+    meta = _meta(plan, left + [run])
+    have = {_case(r) for r in out}
+    missing = [c for c in order if c not in have]
+    if missing:
+        meta["partial"] = _missing_text(missing)
+    return out, meta
+
+
+def _missing_text(missing: list[tuple[str, str, str, str]]) -> str:
+    """The missing cases, grouped by workload and topology."""
+    groups: dict[tuple[str, str], set[str]] = {}
+    for w, t, p, s in missing:
+        groups.setdefault((w, t), set()).add(f"{p}/{s}")
+    per_strategy = len(PLACEMENTS) * len(STRATEGIES)
+    parts = [
+        f"{w} on {t}" + ("" if len(left) == per_strategy else f" ({len(left)} runs)")
+        for (w, t), left in groups.items()
+    ]
+    return "not run yet: " + "; ".join(parts)
 
 
 def _progress(r: dict[str, Any]) -> str:
@@ -192,15 +269,16 @@ def _commit() -> str:
         return ""
 
 
-def _meta(plan: Plan, elapsed: float, command: str, commit: str) -> dict[str, Any]:
+def _meta(plan: Plan, runs: list[dict[str, Any]]) -> dict[str, Any]:
     return {
-        "command": command or "tsm bench routing",
-        "commit": commit,
+        "command": runs[-1]["command"],
+        "commit": runs[-1]["commit"],
+        "runs": runs,
         "subscriptions": plan.subscriptions,
         "profiles": plan.profiles,
         "merge_budget": BUDGET,
         "seed": SEED,
-        "minutes": round(elapsed / 60, 1),
+        "minutes": round(sum(r["minutes"] for r in runs), 1),
         "python": sys.version.split()[0],
         "machine": platform.machine(),
     }
@@ -217,9 +295,13 @@ def _by(rows, *keys):
 
 
 def check_targets(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Each target, per case, with the figure it was measured at."""
+    """Each target, per case, with the figure it was measured at (a case that lacks
+    a strategy a target compares is not judged: a part of the plan ran)."""
     out = []
+    needed = {"flooding", "simple", "covering", "merging-imperfect"}
     for (kind, topo, how), s in _by(rows, "workload", "topology", "placement").items():
+        if not needed <= s.keys():
+            continue
         case = f"{kind}, {topo}, {how}"
         simple, covering = s["simple"], s["covering"]
         ratio = simple["interest_messages"] / max(covering["interest_messages"], 1)
@@ -305,9 +387,9 @@ def markdown(rows: list[dict[str, Any]], targets: list[dict[str, Any]], meta: di
     out = [
         "# Routing benchmark (`tsm bench routing`)",
         "",
-        f"`{meta['command']}` at {meta['commit']}: {meta['subscriptions']:,} subscriptions and "
+        f"{_runs_text(meta)}: {meta['subscriptions']:,} subscriptions and "
         f"{meta['profiles']:,} profiles per workload, merge budget {meta['merge_budget']}, "
-        f"delay seed {meta['seed']}; {meta['minutes']} minutes. Every run's match records "
+        f"delay seed {meta['seed']}. Every run's match records "
         "equal one matcher's (`tsm replay`), record for record."
         + (f" **Partial**: {meta['partial']}." if "partial" in meta else ""),
         "",
@@ -335,6 +417,11 @@ def markdown(rows: list[dict[str, Any]], targets: list[dict[str, Any]], meta: di
         for r in group.values():
             out.append("| " + " | ".join(fmt(r[key]) for _, key, fmt in COLUMNS) + " |")
     return "\n".join(out) + "\n"
+
+
+def _runs_text(meta: dict[str, Any]) -> str:
+    runs = meta.get("runs") or [meta]
+    return "; ".join(f"`{r['command']}` at {r['commit']} ({r['minutes']} minutes)" for r in runs)
 
 
 def plot(folder: Path, rows: list[dict[str, Any]]) -> None:
