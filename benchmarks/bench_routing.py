@@ -155,9 +155,9 @@ def main(
     )
     chosen = [s for s in STRATEGIES if strategies is None or s[0] in strategies]
     folders = [results or DEFAULT_RESULTS] + ([DOCS] if docs else [])
-    kept = {folder: _earlier(folder, plan) for folder in folders}
     rows: list[dict[str, Any]] = []
     started = time.perf_counter()
+    started_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     commit = _commit()  # (the code that runs: taken now, not when it ends)
     for kind in plan.workloads:
         subs, profiles = generate(kind, SEED, plan.subscriptions, plan.profiles)
@@ -174,13 +174,14 @@ def main(
                     rows.append(row)
                     print(_progress(row), flush=True)
             run = {
+                "started": started_at,
                 "command": command or "tsm bench routing",
                 "commit": commit,
                 "minutes": round((time.perf_counter() - started) / 60, 1),
                 "rows": len(rows),
             }
-            for folder in folders:
-                merged, meta = _merged(*kept[folder], rows, run, plan)
+            for folder in folders:  # (read again each time: two parts may run at once)
+                merged, meta = _merged(*_earlier(folder, plan), rows, run, plan)
                 write(folder, merged, check_targets(merged), meta)
     print(targets_text(check_targets(rows)))
     return 0
@@ -202,7 +203,8 @@ def _earlier(folder: Path, plan: Plan) -> tuple[list[dict[str, Any]], list[dict[
     if same != (plan.subscriptions, plan.profiles, BUDGET, SEED):
         return [], []
     runs = meta.get("runs") or [
-        {k: meta[k] for k in ("command", "commit", "minutes")} | {"rows": len(old["rows"])}
+        {k: meta[k] for k in ("command", "commit", "minutes")}
+        | {"rows": len(old["rows"]), "started": ""}
     ]
     return old["rows"], runs
 
@@ -229,7 +231,7 @@ def _merged(
         )
     }
     out.sort(key=lambda r: order.get(_case(r), len(order)))
-    left = [r for r in earlier_runs if r is not run]
+    left = [r for r in earlier_runs if r["started"] != run["started"]]
     meta = _meta(plan, left + [run])
     have = {_case(r) for r in out}
     missing = [c for c in order if c not in have]
