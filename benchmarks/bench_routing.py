@@ -39,6 +39,7 @@ STRATEGIES = (
     ("merging-perfect", "merging", "perfect"),
     ("merging-imperfect", "merging", "imperfect"),
 )
+JUDGED = ("flooding", "simple", "covering", "merging-imperfect")  # what the targets compare
 BUDGET = 0.05
 SEED = 0
 
@@ -143,7 +144,7 @@ def main(
     strategies: tuple[str, ...] | None = None,
 ) -> int:
     """Run the plan (or the part that `workloads`, `topologies` and `strategies`
-    select), writing the results after each topology: a long run that stops keeps
+    select), writing the results after each placement: a long run that stops keeps
     what it finished. The rows of a part replace those of the same case and strategy
     in each folder's results and keep the others (of the same sizes and budget)."""
     plan = QUICK if quick else FULL
@@ -154,6 +155,8 @@ def main(
         topologies or plan.topologies,
     )
     chosen = [s for s in STRATEGIES if strategies is None or s[0] in strategies]
+    # (those the targets compare first: a run cut short has judged what it could)
+    chosen.sort(key=lambda s: s[0] not in JUDGED)
     folders = [results or DEFAULT_RESULTS] + ([DOCS] if docs else [])
     rows: list[dict[str, Any]] = []
     started = time.perf_counter()
@@ -173,18 +176,24 @@ def main(
                     row.update(workload=kind, topology=topo, placement=how, single_s=single_s)
                     rows.append(row)
                     print(_progress(row), flush=True)
-            run = {
-                "started": started_at,
-                "command": command or "tsm bench routing",
-                "commit": commit,
-                "minutes": round((time.perf_counter() - started) / 60, 1),
-                "rows": len(rows),
-            }
-            for folder in folders:  # (read again each time: two parts may run at once)
-                merged, meta = _merged(*_earlier(folder, plan), rows, run, plan)
-                write(folder, merged, check_targets(merged), meta)
+                _write_all(folders, rows, plan, command, commit, started, started_at)
     print(targets_text(check_targets(rows)))
     return 0
+
+
+def _write_all(folders, rows, plan, command, commit, started, started_at) -> None:
+    """The rows so far, merged into each folder's results (read again each time: two
+    parts may run at once)."""
+    run = {
+        "started": started_at,
+        "command": command or "tsm bench routing",
+        "commit": commit,
+        "minutes": round((time.perf_counter() - started) / 60, 1),
+        "rows": len(rows),
+    }
+    for folder in folders:
+        merged, meta = _merged(*_earlier(folder, plan), rows, run, plan)
+        write(folder, merged, check_targets(merged), meta)
 
 
 def _case(row: dict[str, Any]) -> tuple[str, str, str, str]:
@@ -300,7 +309,7 @@ def check_targets(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Each target, per case, with the figure it was measured at (a case that lacks
     a strategy a target compares is not judged: a part of the plan ran)."""
     out = []
-    needed = {"flooding", "simple", "covering", "merging-imperfect"}
+    needed = set(JUDGED)
     for (kind, topo, how), s in _by(rows, "workload", "topology", "placement").items():
         if not needed <= s.keys():
             continue
