@@ -195,7 +195,11 @@ class CoverSet:
         members = self._members
         for start in range(0, len(profiles), _CHUNK):
             stop = min(start + _CHUNK, len(profiles))
-            meet = (lo[0] <= phi[0, start:stop, None]) & (hi[0] >= plo[0, start:stop, None])
+            if not len(lo):  # (no columns yet: every member is TRUE)
+                live = np.array([m is not None for m in members[:n]], dtype=bool)
+                meet = np.tile(live, (stop - start, 1))
+            else:
+                meet = (lo[0] <= phi[0, start:stop, None]) & (hi[0] >= plo[0, start:stop, None])
             for col in range(1, len(lo)):
                 meet &= lo[col] <= phi[col, start:stop, None]
                 meet &= hi[col] >= plo[col, start:stop, None]
