@@ -97,9 +97,9 @@ def run_one(
 
     label, routing, merge = strategy
     net = parse_network(network_toml(names, links, routing, merge, BUDGET))
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     out = replay_network(net, items, Delays(seed=SEED))
-    seconds = time.perf_counter() - start
+    seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
     got = out.matches
     for m in got:  # (each record is the run's own: the site is dropped in place)
         del m["site"]
@@ -126,6 +126,7 @@ def run_one(
         "largest_table": stats["largest_table"],
         "bytes": total["bytes"],
         "sim_seconds": round(seconds, 3),
+        "sim_cpu_seconds": round(cpu, 3),
         "latency_p50_ms": stats["latency_ms"]["p50"],
         "latency_p99_ms": stats["latency_ms"]["p99"],
         "match_records": len(got),
@@ -390,6 +391,7 @@ COLUMNS = (
     ("largest", "largest_table", "{:,}".format),
     ("MB", "bytes", lambda b: f"{b / 1e6:.1f}"),
     ("sim s", "sim_seconds", "{:.1f}".format),
+    ("cpu s", "sim_cpu_seconds", "{:.1f}".format),
     ("wait p50 ms", "latency_p50_ms", "{:,.0f}".format),
 )
 
@@ -408,11 +410,15 @@ def markdown(rows: list[dict[str, Any]], targets: list[dict[str, Any]], meta: di
         "profiles forwarded (publishes, catch-ups included) in all and over the busiest link; "
         "false positives, the share of forwards that made no match record downstream; "
         "routing-table entries (each link's peak) in all and the largest; bytes of every "
-        "interest, advertisement and profile record on the links; the simulator's wall time; "
+        "interest, advertisement and profile record on the links; the simulator's wall time "
+        "and CPU time (the wall time on a machine shared with other work: compare CPU); "
         "the simulated wait from a record's arrival at its site to its matches (every link's "
         "watermark, idle_ms 5000).",
         "",
         "## Targets",
+        "",
+        "Why the targets missed here stay missed, and what would move them: "
+        "[TARGETS.md](TARGETS.md) (written by hand).",
         "",
         "| target | case | measured | met |",
         "|---|---|---|---|",
@@ -426,7 +432,8 @@ def markdown(rows: list[dict[str, Any]], targets: list[dict[str, Any]], meta: di
         out.append("| " + " | ".join(name for name, _, _ in COLUMNS) + " |")
         out.append("|" + "---|" * len(COLUMNS))
         for r in group.values():
-            out.append("| " + " | ".join(fmt(r[key]) for _, key, fmt in COLUMNS) + " |")
+            cells = (fmt(r[key]) if key in r else "" for _, key, fmt in COLUMNS)
+            out.append("| " + " | ".join(cells) + " |")
     return "\n".join(out) + "\n"
 
 
