@@ -143,9 +143,10 @@ def main(
     command: str = "",
     topologies: tuple[str, ...] | None = None,
     strategies: tuple[str, ...] | None = None,
+    placements: tuple[str, ...] | None = None,
 ) -> int:
-    """Run the plan (or the part that `workloads`, `topologies` and `strategies`
-    select), writing the results after each placement: a long run that stops keeps
+    """Run the plan (or the part that `workloads`, `topologies`, `placements` and
+    `strategies` select), writing the results after each placement: a long run that stops keeps
     what it finished. The rows of a part replace those of the same case and strategy
     in each folder's results and keep the others (of the same sizes and budget)."""
     plan = QUICK if quick else FULL
@@ -154,6 +155,7 @@ def main(
         subscriptions or plan.subscriptions,
         plan.profiles,
         topologies or plan.topologies,
+        placements or plan.placements,
     )
     chosen = [s for s in STRATEGIES if strategies is None or s[0] in strategies]
     # (those the targets compare first: a run cut short has judged what it could)

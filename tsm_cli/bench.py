@@ -105,6 +105,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--workloads and --strategies, the part run is merged into the results folder's",
     )
     bench.add_argument(
+        "--placements",
+        type=_placements,
+        metavar="NAME,…",
+        help="routing: client placements instead of both (uniform, locality)",
+    )
+    bench.add_argument(
         "--strategies",
         type=_strategies,
         metavar="NAME,…",
@@ -185,8 +191,8 @@ def _bench(args: argparse.Namespace) -> int:
         raise CliError("--budget is for `tsm bench matcher` (the pipeline has its plan's budgets)")
     if args.contenders is not None and args.target != "matcher":
         raise CliError("--contenders is for `tsm bench matcher`")
-    if (args.topologies or args.strategies) and args.target != "routing":
-        raise CliError("--topologies and --strategies are for `tsm bench routing`")
+    if (args.topologies or args.strategies or args.placements) and args.target != "routing":
+        raise CliError("--topologies, --placements and --strategies are for `tsm bench routing`")
     if args.only is not None and args.target != "mobility":
         raise CliError("--only is for `tsm bench mobility`")
     try:
@@ -226,6 +232,7 @@ def _bench(args: argparse.Namespace) -> int:
             command,
             topologies=args.topologies,
             strategies=args.strategies,
+            placements=args.placements,
         )
     return module.main(
         args.quick, json_path, args.sizes, args.workloads, args.budget, args.contenders
@@ -264,6 +271,12 @@ def _topologies(text: str) -> tuple[str, ...]:
     from benchmarks.placement import TOPOLOGIES
 
     return _chosen(text, TOPOLOGIES, "topology")
+
+
+def _placements(text: str) -> tuple[str, ...]:
+    from benchmarks.placement import PLACEMENTS
+
+    return _chosen(text, PLACEMENTS, "placement")
 
 
 def _strategies(text: str) -> tuple[str, ...]:
