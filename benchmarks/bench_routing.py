@@ -252,6 +252,30 @@ def _merged(
     return out, meta
 
 
+def _finish_commands(missing: list[tuple[str, str, str, str]]) -> list[str]:
+    """The `tsm bench routing` commands that run the missing cases (whole
+    placements: every strategy of one is run again where some are missing)."""
+    wanted: dict[str, dict[str, set[str]]] = {}  # workload -> placement -> topologies
+    for w, t, p, _ in missing:
+        wanted.setdefault(w, {}).setdefault(p, set()).add(t)
+    parts: dict[str, list[str]] = {}
+    for w, per in wanted.items():
+        groups: dict[tuple[str, ...], list[str]] = {}
+        for p, topos in per.items():
+            groups.setdefault(tuple(t for t in TOPOLOGIES if t in topos), []).append(p)
+        for topos, places in groups.items():
+            args = ""
+            if len(topos) < len(TOPOLOGIES):
+                args += f" --topologies {','.join(topos)}"
+            if len(places) < len(PLACEMENTS):
+                args += f" --placements {','.join(p for p in PLACEMENTS if p in places)}"
+            parts.setdefault(args, []).append(w)
+    return [
+        f"tsm bench routing --write-docs --workloads {','.join(ws)}{args}"
+        for args, ws in parts.items()
+    ]
+
+
 def _missing_text(missing: list[tuple[str, str, str, str]]) -> str:
     """The missing cases, grouped by workload and topology."""
     groups: dict[tuple[str, str], set[str]] = {}
@@ -262,7 +286,8 @@ def _missing_text(missing: list[tuple[str, str, str, str]]) -> str:
         f"{w} on {t}" + ("" if len(left) == per_strategy else f" ({len(left)} runs)")
         for (w, t), left in groups.items()
     ]
-    return "not run yet: " + "; ".join(parts)
+    finish = "; ".join(f"`{c}`" for c in _finish_commands(missing))
+    return "not run yet: " + "; ".join(parts) + f" (to run them: {finish})"
 
 
 def _progress(r: dict[str, Any]) -> str:
