@@ -485,19 +485,17 @@ def plot(folder: Path, rows: list[dict[str, Any]]) -> None:
     for topo in dict.fromkeys(r["topology"] for r in rows):
         mine = [r for r in rows if r["topology"] == topo]
         cases = list(dict.fromkeys((r["workload"], r["placement"]) for r in mine))
-        strategies = list(dict.fromkeys(r["strategy"] for r in mine))
+        names = {r["strategy"] for r in mine}
+        strategies = [s[0] for s in STRATEGIES if s[0] in names]
+        by_case = {(r["workload"], r["placement"], r["strategy"]): r for r in mine}
         fig, axes = plt.subplots(1, 3, figsize=(17, 4.8))
         width = 0.8 / len(strategies)
         for ax, (key, title) in zip(axes, panels, strict=True):
             for j, name in enumerate(strategies):
                 values = []
                 for case in cases:
-                    r = next(
-                        x
-                        for x in mine
-                        if (x["workload"], x["placement"]) == case and x["strategy"] == name
-                    )
-                    values.append(r[key] if r[key] > 0 else float("nan"))  # (none: no bar)
+                    r = by_case.get((*case, name))  # (none, or not run: no bar)
+                    values.append(r[key] if r is not None and r[key] > 0 else float("nan"))
                 xs = [i + j * width for i in range(len(cases))]
                 ax.bar(xs, values, width, label=name)
             ax.set_yscale("log")
