@@ -39,6 +39,7 @@ STRATEGIES = (
     ("merging-perfect", "merging", "perfect"),
     ("merging-imperfect", "merging", "imperfect"),
 )
+JUDGED = ("flooding", "simple", "covering", "merging-imperfect")  # what the targets compare
 BUDGET = 0.05
 SEED = 0
 
@@ -96,10 +97,12 @@ def run_one(
 
     label, routing, merge = strategy
     net = parse_network(network_toml(names, links, routing, merge, BUDGET))
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     out = replay_network(net, items, Delays(seed=SEED))
-    seconds = time.perf_counter() - start
-    got = [{k: v for k, v in m.items() if k != "site"} for m in out.matches]
+    seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
+    got = out.matches
+    for m in got:  # (each record is the run's own: the site is dropped in place)
+        del m["site"]
     if got != reference:
         raise Mismatch(
             f"{label}: {len(got)} match records from the network, {len(reference)} from one "
@@ -123,6 +126,7 @@ def run_one(
         "largest_table": stats["largest_table"],
         "bytes": total["bytes"],
         "sim_seconds": round(seconds, 3),
+        "sim_cpu_seconds": round(cpu, 3),
         "latency_p50_ms": stats["latency_ms"]["p50"],
         "latency_p99_ms": stats["latency_ms"]["p99"],
         "match_records": len(got),
@@ -137,14 +141,29 @@ def main(
     workloads: tuple[str, ...] | None = None,
     subscriptions: int | None = None,
     command: str = "",
+    topologies: tuple[str, ...] | None = None,
+    strategies: tuple[str, ...] | None = None,
+    placements: tuple[str, ...] | None = None,
 ) -> int:
+    """Run the plan (or the part that `workloads`, `topologies`, `placements` and
+    `strategies` select), writing the results after each placement: a long run that stops keeps
+    what it finished. The rows of a part replace those of the same case and strategy
+    in each folder's results and keep the others (of the same sizes and budget)."""
     plan = QUICK if quick else FULL
-    if workloads:
-        plan = Plan(workloads, plan.subscriptions, plan.profiles)
-    if subscriptions:
-        plan = Plan(plan.workloads, subscriptions, plan.profiles)
+    plan = Plan(
+        workloads or plan.workloads,
+        subscriptions or plan.subscriptions,
+        plan.profiles,
+        topologies or plan.topologies,
+        placements or plan.placements,
+    )
+    chosen = [s for s in STRATEGIES if strategies is None or s[0] in strategies]
+    # (those the targets compare first: a run cut short has judged what it could)
+    chosen.sort(key=lambda s: s[0] not in JUDGED)
+    folders = [results or DEFAULT_RESULTS] + ([DOCS] if docs else [])
     rows: list[dict[str, Any]] = []
     started = time.perf_counter()
+    started_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     commit = _commit()  # (the code that runs: taken now, not when it ends)
     for kind in plan.workloads:
         subs, profiles = generate(kind, SEED, plan.subscriptions, plan.profiles)
@@ -155,23 +174,120 @@ def main(
             for how in plan.placements:
                 placed_subs, placed_profiles = place(subs, profiles, names, how, reference)
                 items = _items(placed_subs, placed_profiles)
-                for strategy in STRATEGIES:
+                for strategy in chosen:
                     row = run_one(items, reference, names, links, strategy)
                     row.update(workload=kind, topology=topo, placement=how, single_s=single_s)
                     rows.append(row)
                     print(_progress(row), flush=True)
-        # (what is done so far is written after each workload: a long run that stops
-        # keeps its finished workloads)
-        done = kind == plan.workloads[-1]
-        meta = _meta(plan, time.perf_counter() - started, command, commit)
-        if not done:
-            finished = plan.workloads[: plan.workloads.index(kind) + 1]
-            meta["partial"] = f"workloads done so far: {', '.join(finished)}"
-        targets = check_targets(rows)
-        for folder in [results or DEFAULT_RESULTS] + ([DOCS] if docs else []):
-            write(folder, rows, targets, meta)
-    print(targets_text(targets))
+                _write_all(folders, rows, plan, command, commit, started, started_at)
+    print(targets_text(check_targets(rows)))
     return 0
+
+
+def _write_all(folders, rows, plan, command, commit, started, started_at) -> None:
+    """The rows so far, merged into each folder's results (read again each time: two
+    parts may run at once)."""
+    run = {
+        "started": started_at,
+        "command": command or "tsm bench routing",
+        "commit": commit,
+        "minutes": round((time.perf_counter() - started) / 60, 1),
+        "rows": len(rows),
+    }
+    for folder in folders:
+        merged, meta = _merged(*_earlier(folder, plan), rows, run, plan)
+        write(folder, merged, check_targets(merged), meta)
+
+
+def _case(row: dict[str, Any]) -> tuple[str, str, str, str]:
+    return (row["workload"], row["topology"], row["placement"], row["strategy"])
+
+
+def _earlier(folder: Path, plan: Plan) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The rows of a folder's results made at the plan's sizes and budget, and the
+    runs that made them (none: none)."""
+    path = folder / "routing.json"
+    if not path.exists():
+        return [], []
+    old = json.loads(path.read_text())
+    meta = old["meta"]
+    same = (meta["subscriptions"], meta["profiles"], meta["merge_budget"], meta["seed"])
+    if same != (plan.subscriptions, plan.profiles, BUDGET, SEED):
+        return [], []
+    runs = meta.get("runs") or [
+        {k: meta[k] for k in ("command", "commit", "minutes")}
+        | {"rows": len(old["rows"]), "started": ""}
+    ]
+    return old["rows"], runs
+
+
+def _merged(
+    earlier_rows: list[dict[str, Any]],
+    earlier_runs: list[dict[str, Any]],
+    rows: list[dict[str, Any]],
+    run: dict[str, Any],
+    plan: Plan,
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Earlier rows that these do not replace, and these, in the full plan's order;
+    the meta of them all: the runs that made them, and the cases still missing."""
+    new = {_case(r) for r in rows}
+    out = [r for r in earlier_rows if _case(r) not in new] + rows
+    order = {
+        case: i
+        for i, case in enumerate(
+            (w, t, p, s[0])
+            for w in KINDS
+            for t in TOPOLOGIES
+            for p in PLACEMENTS
+            for s in STRATEGIES
+        )
+    }
+    out.sort(key=lambda r: order.get(_case(r), len(order)))
+    left = [r for r in earlier_runs if r["started"] != run["started"]]
+    meta = _meta(plan, left + [run])
+    have = {_case(r) for r in out}
+    missing = [c for c in order if c not in have]
+    if missing:
+        meta["partial"] = _missing_text(missing)
+    return out, meta
+
+
+def _finish_commands(missing: list[tuple[str, str, str, str]]) -> list[str]:
+    """The `tsm bench routing` commands that run the missing cases (whole
+    placements: every strategy of one is run again where some are missing)."""
+    wanted: dict[str, dict[str, set[str]]] = {}  # workload -> placement -> topologies
+    for w, t, p, _ in missing:
+        wanted.setdefault(w, {}).setdefault(p, set()).add(t)
+    parts: dict[str, list[str]] = {}
+    for w, per in wanted.items():
+        groups: dict[tuple[str, ...], list[str]] = {}
+        for p, topos in per.items():
+            groups.setdefault(tuple(t for t in TOPOLOGIES if t in topos), []).append(p)
+        for topos, places in groups.items():
+            args = ""
+            if len(topos) < len(TOPOLOGIES):
+                args += f" --topologies {','.join(topos)}"
+            if len(places) < len(PLACEMENTS):
+                args += f" --placements {','.join(p for p in PLACEMENTS if p in places)}"
+            parts.setdefault(args, []).append(w)
+    return [
+        f"tsm bench routing --write-docs --workloads {','.join(ws)}{args}"
+        for args, ws in parts.items()
+    ]
+
+
+def _missing_text(missing: list[tuple[str, str, str, str]]) -> str:
+    """The missing cases, grouped by workload and topology."""
+    groups: dict[tuple[str, str], set[str]] = {}
+    for w, t, p, s in missing:
+        groups.setdefault((w, t), set()).add(f"{p}/{s}")
+    per_strategy = len(PLACEMENTS) * len(STRATEGIES)
+    parts = [
+        f"{w} on {t}" + ("" if len(left) == per_strategy else f" ({len(left)} runs)")
+        for (w, t), left in groups.items()
+    ]
+    finish = "; ".join(f"`{c}`" for c in _finish_commands(missing))
+    return "not run yet: " + "; ".join(parts) + f" (to run them: {finish})"
 
 
 def _progress(r: dict[str, Any]) -> str:
@@ -192,15 +308,16 @@ def _commit() -> str:
         return ""
 
 
-def _meta(plan: Plan, elapsed: float, command: str, commit: str) -> dict[str, Any]:
+def _meta(plan: Plan, runs: list[dict[str, Any]]) -> dict[str, Any]:
     return {
-        "command": command or "tsm bench routing",
-        "commit": commit,
+        "command": runs[-1]["command"],
+        "commit": runs[-1]["commit"],
+        "runs": runs,
         "subscriptions": plan.subscriptions,
         "profiles": plan.profiles,
         "merge_budget": BUDGET,
         "seed": SEED,
-        "minutes": round(elapsed / 60, 1),
+        "minutes": round(sum(r["minutes"] for r in runs), 1),
         "python": sys.version.split()[0],
         "machine": platform.machine(),
     }
@@ -217,9 +334,13 @@ def _by(rows, *keys):
 
 
 def check_targets(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Each target, per case, with the figure it was measured at."""
+    """Each target, per case, with the figure it was measured at (a case that lacks
+    a strategy a target compares is not judged: a part of the plan ran)."""
     out = []
+    needed = set(JUDGED)
     for (kind, topo, how), s in _by(rows, "workload", "topology", "placement").items():
+        if not needed <= s.keys():
+            continue
         case = f"{kind}, {topo}, {how}"
         simple, covering = s["simple"], s["covering"]
         ratio = simple["interest_messages"] / max(covering["interest_messages"], 1)
@@ -297,6 +418,7 @@ COLUMNS = (
     ("largest", "largest_table", "{:,}".format),
     ("MB", "bytes", lambda b: f"{b / 1e6:.1f}"),
     ("sim s", "sim_seconds", "{:.1f}".format),
+    ("cpu s", "sim_cpu_seconds", "{:.1f}".format),
     ("wait p50 ms", "latency_p50_ms", "{:,.0f}".format),
 )
 
@@ -305,9 +427,9 @@ def markdown(rows: list[dict[str, Any]], targets: list[dict[str, Any]], meta: di
     out = [
         "# Routing benchmark (`tsm bench routing`)",
         "",
-        f"`{meta['command']}` at {meta['commit']}: {meta['subscriptions']:,} subscriptions and "
+        f"{_runs_text(meta)}: {meta['subscriptions']:,} subscriptions and "
         f"{meta['profiles']:,} profiles per workload, merge budget {meta['merge_budget']}, "
-        f"delay seed {meta['seed']}; {meta['minutes']} minutes. Every run's match records "
+        f"delay seed {meta['seed']}. Every run's match records "
         "equal one matcher's (`tsm replay`), record for record."
         + (f" **Partial**: {meta['partial']}." if "partial" in meta else ""),
         "",
@@ -315,11 +437,15 @@ def markdown(rows: list[dict[str, Any]], targets: list[dict[str, Any]], meta: di
         "profiles forwarded (publishes, catch-ups included) in all and over the busiest link; "
         "false positives, the share of forwards that made no match record downstream; "
         "routing-table entries (each link's peak) in all and the largest; bytes of every "
-        "interest, advertisement and profile record on the links; the simulator's wall time; "
+        "interest, advertisement and profile record on the links; the simulator's wall time "
+        "and CPU time (the wall time on a machine shared with other work: compare CPU); "
         "the simulated wait from a record's arrival at its site to its matches (every link's "
         "watermark, idle_ms 5000).",
         "",
         "## Targets",
+        "",
+        "Why the targets missed here stay missed, and what would move them: "
+        "[TARGETS.md](TARGETS.md) (written by hand).",
         "",
         "| target | case | measured | met |",
         "|---|---|---|---|",
@@ -333,8 +459,14 @@ def markdown(rows: list[dict[str, Any]], targets: list[dict[str, Any]], meta: di
         out.append("| " + " | ".join(name for name, _, _ in COLUMNS) + " |")
         out.append("|" + "---|" * len(COLUMNS))
         for r in group.values():
-            out.append("| " + " | ".join(fmt(r[key]) for _, key, fmt in COLUMNS) + " |")
+            cells = (fmt(r[key]) if key in r else "" for _, key, fmt in COLUMNS)
+            out.append("| " + " | ".join(cells) + " |")
     return "\n".join(out) + "\n"
+
+
+def _runs_text(meta: dict[str, Any]) -> str:
+    runs = meta.get("runs") or [meta]
+    return "; ".join(f"`{r['command']}` at {r['commit']} ({r['minutes']} minutes)" for r in runs)
 
 
 def plot(folder: Path, rows: list[dict[str, Any]]) -> None:
@@ -353,19 +485,17 @@ def plot(folder: Path, rows: list[dict[str, Any]]) -> None:
     for topo in dict.fromkeys(r["topology"] for r in rows):
         mine = [r for r in rows if r["topology"] == topo]
         cases = list(dict.fromkeys((r["workload"], r["placement"]) for r in mine))
-        strategies = list(dict.fromkeys(r["strategy"] for r in mine))
+        names = {r["strategy"] for r in mine}
+        strategies = [s[0] for s in STRATEGIES if s[0] in names]
+        by_case = {(r["workload"], r["placement"], r["strategy"]): r for r in mine}
         fig, axes = plt.subplots(1, 3, figsize=(17, 4.8))
         width = 0.8 / len(strategies)
         for ax, (key, title) in zip(axes, panels, strict=True):
             for j, name in enumerate(strategies):
                 values = []
                 for case in cases:
-                    r = next(
-                        x
-                        for x in mine
-                        if (x["workload"], x["placement"]) == case and x["strategy"] == name
-                    )
-                    values.append(r[key] if r[key] > 0 else float("nan"))  # (none: no bar)
+                    r = by_case.get((*case, name))  # (none, or not run: no bar)
+                    values.append(r[key] if r is not None and r[key] > 0 else float("nan"))
                 xs = [i + j * width for i in range(len(cases))]
                 ax.bar(xs, values, width, label=name)
             ax.set_yscale("log")

@@ -28,7 +28,7 @@ from matcher.delivery.layer import Cause, Delivery
 from matcher.delivery.options import disagreement
 from matcher.double_forest import DoubleForest
 from matcher.errors import SettingError
-from matcher.events import event_dict
+from matcher.events import event_dict, event_dicts
 from matcher.held import Held
 from matcher.records import (
     OPEN,
@@ -714,6 +714,8 @@ class SpaceMatcher:
                 raw += [(event, reason, sub, prof) for sub in subs]
                 return [_HELD_BACK] * len(subs)
             return [self._event(event, reason, sub, prof, ts) for sub in subs]
+        if self._writer is None:
+            return event_dicts(self.space, event, reason, subs, prof, ts)
         many = getattr(self._writer, "many", None)
         if many is not None:
             return many(event, reason, subs, prof, ts)

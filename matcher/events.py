@@ -99,6 +99,40 @@ def event_dict(
     }
 
 
+def event_dicts(
+    space: str, event: str, reason: str, subs: list[Held], prof: Held, ts: int
+) -> list[dict[str, Any]]:
+    """`event_dict` of `prof` with each of `subs`, in order, what they share made once:
+    the profile's half of the match_id, and each subscription version's half kept
+    in its `Held.memo` (a profile's tens of records, a replay's most)."""
+    p = prof.record
+    p_from, p_to, pid, payload = p.valid_from, p.valid_to, p.id, p.payload
+    half = profile_digest(space, prof, event)
+    out = []
+    for sub in subs:
+        s = sub.record
+        memo = sub.memo or _memo(sub)
+        valid_from = p_from if p_from > s.valid_from else s.valid_from
+        valid_to = p_to if p_to < s.valid_to else s.valid_to
+        out.append(
+            {
+                "event": event,
+                "reason": reason,
+                "match_id": memo[0] + half,
+                "space": space,
+                "subscription_id": s.id,
+                "subscriber": s.subscriber,
+                "profile_id": pid,
+                "relation": s.relation,
+                "valid_from": valid_from,
+                "valid_to": None if valid_to == OPEN else int(valid_to),
+                "ts": ts,
+                "payload": payload,
+            }
+        )
+    return out
+
+
 class MatchWriter:
     """Makes each event as its output record, `(key, value)`: the subscriber, and
     `encode(event_dict(...))` byte for byte, written field by field. Each payload

@@ -196,6 +196,22 @@ def test_bench_mobility_runs_single_rows_into_the_results(tmp_path, monkeypatch)
         tsm(["bench", "mobility", "--only", "star-9:1"])
 
 
+def test_bench_routing_runs_parts_of_its_plan_into_the_results(tmp_path, monkeypatch) -> None:
+    from benchmarks import bench_routing
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(bench_routing, "QUICK", bench_routing.Plan(("nested",), 20, 20))
+    part = ["bench", "routing", "--quick", "--topologies", "line-7", "--placements", "uniform"]
+    assert tsm([*part, "--strategies", "simple", "--results", "out"]) == 0
+    assert tsm([*part, "--strategies", "covering,simple", "--results", "out"]) == 0
+    result = json.loads(Path("out/routing.json").read_text())
+    assert [r["strategy"] for r in result["rows"]] == ["simple", "covering"]
+    assert len(result["meta"]["runs"]) == 2
+    assert "nested on line-7 (10 runs); nested on tree-15;" in result["meta"]["partial"]
+    with pytest.raises(SystemExit):
+        tsm([*part, "--strategies", "covering,merging"])
+
+
 def test_bench_results_are_not_committed() -> None:
     ignored = subprocess.run(
         ["git", "check-ignore", "-q", "bench-results/matcher.json"], cwd=ROOT, timeout=30

@@ -95,6 +95,29 @@ def test_the_covering_set_answers_as_the_relation_does(ops, probe):
         assert set(cover.covered_by(query)) == {m for m in others if query.covers_filter(m)}
 
 
+@PROPS
+@given(
+    st.lists(oracle.conjunctions(), max_size=12),
+    st.lists(oracle.profile_attrs(), min_size=1, max_size=6),
+    st.integers(0, 12),
+)
+def test_the_covering_set_tells_which_profiles_its_members_overlap(filters, profiles, gone):
+    cover = CoverSet()
+    kept = []
+    for atoms in filters:
+        conj = predicate_of([atoms])
+        if conj and conj[0] not in cover:
+            cover.add(conj[0])
+            kept.append((atoms, conj[0]))
+    for _, conj in kept[:gone]:  # (freed rows answer nothing)
+        cover.discard(conj)
+    kept = kept[gone:]
+    records = [{"op": "publish", "id": "p", "space": "A", "attrs": a, "ts": 0} for a in profiles]
+    got = cover.overlapping([decode("profile", json.dumps(r)).profile for r in records])
+    values = [{k: oracle.profile_value(v) for k, v in a.items()} for a in profiles]
+    assert got.tolist() == [any(oracle.overlaps(atoms, v) for atoms, _ in kept) for v in values]
+
+
 # -- the strategies -------------------------------------------------------------------
 
 POOL = [

@@ -103,6 +103,26 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="routing, mobility: the results folder (default bench-results/TARGET)",
     )
     bench.add_argument(
+        "--topologies",
+        type=_topologies,
+        metavar="NAME,…",
+        help="routing: topologies instead of all three (line-7, tree-15, star-8); with "
+        "--workloads and --strategies, the part run is merged into the results folder's",
+    )
+    bench.add_argument(
+        "--placements",
+        type=_placements,
+        metavar="NAME,…",
+        help="routing: client placements instead of both (uniform, locality)",
+    )
+    bench.add_argument(
+        "--strategies",
+        type=_strategies,
+        metavar="NAME,…",
+        help="routing: strategies instead of all six (flooding, simple, identity, covering, "
+        "merging-perfect, merging-imperfect)",
+    )
+    bench.add_argument(
         "--only",
         type=_rows,
         metavar="TOPOLOGY:N,…",
@@ -183,6 +203,8 @@ def _bench(args: argparse.Namespace) -> int:
         raise CliError("--budget is for `tsm bench matcher` (the pipeline has its plan's budgets)")
     if args.contenders is not None and args.target != "matcher":
         raise CliError("--contenders is for `tsm bench matcher`")
+    if (args.topologies or args.strategies or args.placements) and args.target != "routing":
+        raise CliError("--topologies, --placements and --strategies are for `tsm bench routing`")
     if args.only is not None and args.target != "mobility":
         raise CliError("--only is for `tsm bench mobility`")
     try:
@@ -216,7 +238,17 @@ def _bench(args: argparse.Namespace) -> int:
         if args.sizes is not None and len(args.sizes) != 1:
             raise CliError("--sizes takes one size for the routing benchmark (its subscriptions)")
         size = args.sizes[0] if args.sizes else None
-        return module.main(args.quick, args.results, args.write_docs, args.workloads, size, command)
+        return module.main(
+            args.quick,
+            args.results,
+            args.write_docs,
+            args.workloads,
+            size,
+            command,
+            topologies=args.topologies,
+            strategies=args.strategies,
+            placements=args.placements,
+        )
     return module.main(
         args.quick, json_path, args.sizes, args.workloads, args.budget, args.contenders
     )
@@ -248,6 +280,34 @@ def _rows(text: str) -> list[tuple[str, int]]:
             )
         rows.append((topo, int(n)))
     return list(dict.fromkeys(rows))
+
+
+def _topologies(text: str) -> tuple[str, ...]:
+    from benchmarks.placement import TOPOLOGIES
+
+    return _chosen(text, TOPOLOGIES, "topology")
+
+
+def _placements(text: str) -> tuple[str, ...]:
+    from benchmarks.placement import PLACEMENTS
+
+    return _chosen(text, PLACEMENTS, "placement")
+
+
+def _strategies(text: str) -> tuple[str, ...]:
+    from benchmarks.bench_routing import STRATEGIES
+
+    return _chosen(text, tuple(s[0] for s in STRATEGIES), "strategy")
+
+
+def _chosen(text: str, known: tuple[str, ...], what: str) -> tuple[str, ...]:
+    names = tuple(dict.fromkeys(text.split(",")))
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise argparse.ArgumentTypeError(
+            f"unknown {what} {unknown[0]!r}: choose from {', '.join(known)}"
+        )
+    return names
 
 
 def _contenders(text: str) -> tuple[str, ...]:

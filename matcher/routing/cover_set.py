@@ -2,18 +2,25 @@
 
 Covering-based routing asks two things of what lies behind a link and of what
 was sent over it: which members cover a filter (then it need not be sent),
-and which members a filter covers (those it may have kept from being sent).
-Members are grouped by the columns they constrain (`matcher.boxes.Dims`): a
-member covers a filter only if it constrains no attribute the filter leaves
-free, so only the groups whose columns are a subset are scanned; within a
-group, the members' boxes are tested against the filter's in one vector
-operation per column, and `Conjunction.covers_filter` decides the few whose
-box does not say everything.
+and which members a filter covers (those it may have kept from being sent);
+a link's interest table asks a third: which profiles some member overlaps.
 
-Costs: `add`/`discard` O(1) amortized (a row written or freed); `covering` and
-`covered_by` O(members of the groups scanned) in numpy plus an exact test per
-inexact candidate. Invariant: every member with a positive count has exactly
-one live row, in the group of its columns.
+Every member is one row of two dense bound arrays, column-major over every
+column of the space (`matcher.boxes.Dims`): a column the member leaves free
+is [-inf, inf], a constrained one lies inside [-MAX, MAX], and a free row is
+NaN (it compares false to everything). Each question is then a few vector
+comparisons over all rows, whatever attributes the members constrain: a
+member covers a filter only if it is free wherever the filter is (-inf <=
+-inf), a profile without an attribute is [inf, -inf] there and meets only
+the members free on it. `Conjunction.covers_filter` and
+`Conjunction.overlaps` decide the few candidates whose box does not say
+everything.
+
+Costs: `add`/`discard` O(columns) amortized (a row written or freed);
+`covering` and `covered_by` O(rows × columns) in numpy plus an exact test
+per inexact candidate; `overlapping` O(rows × columns) per profile in numpy.
+Invariant: every member with a positive count has exactly one live row, and
+every other row is NaN.
 """
 
 from __future__ import annotations
@@ -23,60 +30,11 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from matcher.boxes import Dims
+from matcher.boxes import PROFILE_FILL, Dims
 from matcher.constraints import Conjunction
 from matcher.profiles import Profile
 
-
-class _Group:
-    """The members constraining one set of columns: their bounds, column-major."""
-
-    __slots__ = ("columns", "lo", "hi", "members", "free", "row_of")
-
-    def __init__(self, columns: tuple[int, ...]) -> None:
-        self.columns = columns
-        self.lo = np.zeros((len(columns), 8))
-        self.hi = np.zeros((len(columns), 8))
-        self.members: list[Conjunction | None] = []
-        self.free: list[int] = []
-        self.row_of: dict[Conjunction, int] = {}
-
-    def put(self, conj: Conjunction, bounds: dict[int, tuple[float, float]]) -> None:
-        if self.free:
-            row = self.free.pop()
-            self.members[row] = conj
-        else:
-            row = len(self.members)
-            self.members.append(conj)
-            if row >= self.lo.shape[1]:
-                self.lo = np.concatenate([self.lo, np.zeros_like(self.lo)], axis=1)
-                self.hi = np.concatenate([self.hi, np.zeros_like(self.hi)], axis=1)
-        for i, col in enumerate(self.columns):
-            self.lo[i, row], self.hi[i, row] = bounds[col]
-        self.row_of[conj] = row
-
-    def drop(self, conj: Conjunction) -> None:
-        row = self.row_of.pop(conj)
-        self.members[row] = None
-        self.lo[:, row], self.hi[:, row] = np.inf, -np.inf  # (contains nothing, inside nothing)
-        self.free.append(row)
-
-    def rows(self, outer: bool, bounds: dict[int, tuple[float, float]]) -> np.ndarray:
-        """Rows whose box contains the filter's (`outer`) or lies inside it."""
-        n = len(self.members)
-        ends = [bounds.get(col, _FREE) for col in self.columns]
-        lo = np.array([e[0] for e in ends])[:, None]
-        hi = np.array([e[1] for e in ends])[:, None]
-        if outer:
-            keep = (self.lo[:, :n] <= lo) & (self.hi[:, :n] >= hi)
-        else:
-            keep = (self.lo[:, :n] >= lo) & (self.hi[:, :n] <= hi)
-        return np.flatnonzero(keep.all(axis=0))
-
-
-_FREE = (-np.inf, np.inf)
-_MISSING = (np.inf, -np.inf)  # a profile without the attribute: meets no constrained column
-_CHUNK = 64  # profiles tested against a group at once
+_CHUNK = 64  # profiles tested against the rows at once
 
 
 class Boxes:
@@ -101,8 +59,12 @@ class CoverSet:
     def __init__(self, boxes: Boxes | None = None) -> None:
         self.boxes = boxes or Boxes()
         self.counts: dict[Conjunction, int] = {}  # (insertion order: the members' age)
-        self._boxes: dict[Conjunction, tuple[dict, bool, int]] = {}
-        self._groups: dict[int, _Group] = {}  # by column mask
+        self._boxes: dict[Conjunction, tuple[dict, bool, int]] = {}  # bounds, inexact, row
+        self._members: list[Conjunction | None] = []
+        self._free: list[int] = []
+        self._lo = np.full((0, 8), np.nan)  # (columns × rows)
+        self._hi = np.full((0, 8), np.nan)
+        self._inexact = np.zeros(8, dtype=bool)
 
     def __len__(self) -> int:
         return len(self.counts)
@@ -126,12 +88,18 @@ class CoverSet:
             return False
         self.counts[conj] = n
         bounds, inexact = self._box(conj)
-        mask = _mask(bounds)
-        group = self._groups.get(mask)
-        if group is None:
-            group = self._groups[mask] = _Group(tuple(sorted(bounds)))
-        group.put(conj, bounds)
-        self._boxes[conj] = (bounds, inexact, mask)
+        if self._free:
+            row = self._free.pop()
+            self._members[row] = conj
+        else:
+            row = len(self._members)
+            self._members.append(conj)
+        self._fit(len(self.boxes.dims), row + 1)
+        self._lo[:, row], self._hi[:, row] = -np.inf, np.inf
+        for col, (lo, hi) in bounds.items():
+            self._lo[col, row], self._hi[col, row] = lo, hi
+        self._inexact[row] = inexact
+        self._boxes[conj] = (bounds, inexact, row)
         return True
 
     def discard(self, conj: Conjunction, n: int = 1) -> bool:
@@ -141,9 +109,30 @@ class CoverSet:
             self.counts[conj] = left
             return False
         del self.counts[conj]
-        _, _, mask = self._boxes.pop(conj)
-        self._groups[mask].drop(conj)
+        _, _, row = self._boxes.pop(conj)
+        self._members[row] = None
+        self._lo[:, row], self._hi[:, row] = np.nan, np.nan
+        self._free.append(row)
         return True
+
+    def _fit(self, columns: int, rows: int) -> None:
+        """Room for `columns` × `rows`: new columns free for every live row, new rows NaN."""
+        have_cols, have_rows = self._lo.shape
+        if rows > have_rows:
+            more = max(rows, 2 * have_rows) - have_rows
+            pad = np.full((have_cols, more), np.nan)
+            self._lo = np.concatenate([self._lo, pad], axis=1)
+            self._hi = np.concatenate([self._hi, pad], axis=1)
+            self._inexact = np.concatenate([self._inexact, np.zeros(more, dtype=bool)])
+        if columns > have_cols:
+            width = self._lo.shape[1]
+            live = np.zeros(width, dtype=bool)
+            live[[row for row, m in enumerate(self._members) if m is not None]] = True
+            lo = np.where(live, -np.inf, np.nan)
+            hi = np.where(live, np.inf, np.nan)
+            extra = columns - have_cols
+            self._lo = np.vstack([self._lo] + [lo[None]] * extra)
+            self._hi = np.vstack([self._hi] + [hi[None]] * extra)
 
     def covering(self, conj: Conjunction) -> list[Conjunction]:
         """The members other than `conj` that cover it."""
@@ -154,50 +143,73 @@ class CoverSet:
         return self._related(conj, outer=False)
 
     def _related(self, conj: Conjunction, *, outer: bool) -> list[Conjunction]:
+        if not self.counts:
+            return []
         bounds, inexact = self._box(conj)
-        mask = _mask(bounds)
+        self._fit(len(self.boxes.dims), len(self._members))
+        n = len(self._members)
+        lo, hi = self._lo[:, :n], self._hi[:, :n]
+        qlo = np.full(len(lo), -np.inf)
+        qhi = np.full(len(lo), np.inf)
+        for col, (a, b) in bounds.items():
+            qlo[col], qhi[col] = a, b
+        if outer:
+            keep = (lo <= qlo[:, None]).all(axis=0) & (hi >= qhi[:, None]).all(axis=0)
+        else:
+            keep = (lo >= qlo[:, None]).all(axis=0) & (hi <= qhi[:, None]).all(axis=0)
+        rows = np.flatnonzero(keep)
+        if not len(rows):
+            return []
+        own = self._boxes.get(conj)
+        own_row = own[2] if own is not None else -1
         out = []
-        for gmask, group in self._groups.items():
-            # a coverer constrains no column the covered one leaves free
-            if (gmask & ~mask) if outer else (mask & ~gmask):
+        members, flags = self._members, self._inexact
+        for row in rows.tolist():
+            member = members[row]
+            if member is None or row == own_row:
                 continue
-            out += self._exact(group, group.rows(outer, bounds), conj, inexact, outer=outer)
+            if inexact or flags[row]:
+                ok = member.covers_filter(conj) if outer else conj.covers_filter(member)
+                if not ok:
+                    continue
+            out.append(member)
         return out
 
     def overlapping(self, profiles: list[Profile]) -> np.ndarray:
-        """Per profile, whether some member overlaps it. O(members × profiles) in
-        numpy (in chunks), and `Conjunction.overlaps` for the candidates whose box
-        does not say everything: adding a member costs O(1), which a set that
+        """Per profile, whether some member overlaps it. O(members × columns) a profile
+        in numpy (in chunks), and `Conjunction.overlaps` for the candidates whose box
+        does not say everything: adding a member costs O(columns), which a set that
         changes as often as it is asked (a link's interest) needs more than a
         forest's pruning."""
         out = np.zeros(len(profiles), dtype=bool)
         if not self.counts or not profiles:
             return out
         dims = self.boxes.dims
-        boxes = [dims.profile_box(p) for p in profiles]
-        for group in self._groups.values():
-            n = len(group.members)
-            if not n or not group.row_of:
-                continue
-            todo = np.flatnonzero(~out)
-            for start in range(0, len(todo), _CHUNK):
-                qs = todo[start : start + _CHUNK]
-                ends = [[boxes[q].get(col, _MISSING) for col in group.columns] for q in qs]
-                lo = np.array([[e[0] for e in row] for row in ends]).reshape(len(qs), -1)
-                hi = np.array([[e[1] for e in row] for row in ends]).reshape(len(qs), -1)
-                meet = (group.lo[None, :, :n] <= hi[:, :, None]) & (
-                    group.hi[None, :, :n] >= lo[:, :, None]
-                )
-                qi, rows = np.nonzero(meet.all(axis=1))
-                for q, row in zip(qi.tolist(), rows.tolist(), strict=True):
-                    query = int(qs[q])
-                    if out[query]:
-                        continue
-                    member = group.members[row]
-                    if member is None:
-                        continue
-                    if not self._boxes[member][1] or member.overlaps(profiles[query]):
-                        out[query] = True
+        plo, phi = dims.matrix([dims.profile_box(p) for p in profiles], PROFILE_FILL)
+        self._fit(len(dims), len(self._members))
+        n = len(self._members)
+        lo, hi = self._lo[:, :n], self._hi[:, :n]
+        inexact = self._inexact[:n]
+        exact = ~inexact
+        any_inexact = bool(inexact.any())
+        members = self._members
+        for start in range(0, len(profiles), _CHUNK):
+            stop = min(start + _CHUNK, len(profiles))
+            if not len(lo):  # (no columns yet: every member is TRUE)
+                live = np.array([m is not None for m in members[:n]], dtype=bool)
+                meet = np.tile(live, (stop - start, 1))
+            else:
+                meet = (lo[0] <= phi[0, start:stop, None]) & (hi[0] >= plo[0, start:stop, None])
+            for col in range(1, len(lo)):
+                meet &= lo[col] <= phi[col, start:stop, None]
+                meet &= hi[col] >= plo[col, start:stop, None]
+            hit = (meet & exact).any(axis=1) if any_inexact else meet.any(axis=1)
+            out[start:stop] = hit
+            if any_inexact:
+                for q in np.flatnonzero(~hit).tolist():
+                    rows = np.flatnonzero(meet[q] & inexact).tolist()
+                    profile = profiles[start + q]
+                    out[start + q] = any(members[r].overlaps(profile) for r in rows)
         return out
 
     def widest_first(self, members: list[Conjunction]) -> list[Conjunction]:
@@ -215,33 +227,8 @@ class CoverSet:
         """Whether a member other than `conj` covers it."""
         return bool(self.covering(conj))
 
-    def _exact(
-        self, group: _Group, rows: np.ndarray, conj: Conjunction, inexact: bool, outer: bool
-    ) -> list[Conjunction]:
-        if not len(rows):
-            return []
-        out = []
-        own = group.row_of.get(conj)  # (a member equal to `conj` has its box: this group)
-        for row in rows.tolist():
-            member = group.members[row]
-            if member is None or row == own:
-                continue
-            if inexact or self._boxes[member][1]:
-                ok = member.covers_filter(conj) if outer else conj.covers_filter(member)
-                if not ok:
-                    continue
-            out.append(member)
-        return out
-
     def _box(self, conj: Conjunction) -> tuple[dict[int, tuple[float, float]], bool]:
         known = self._boxes.get(conj)
         if known is not None:
             return known[0], known[1]
         return self.boxes.of(conj)
-
-
-def _mask(bounds: dict[int, tuple[float, float]]) -> int:
-    mask = 0
-    for col in bounds:
-        mask |= 1 << col
-    return mask

@@ -121,9 +121,9 @@ class _Profiles:
 class Forwarder:
     """One neighbour's side of one space at one site (see the module docstring)."""
 
-    def __init__(self, *, flooding: bool = False) -> None:
+    def __init__(self, *, flooding: bool = False, boxes: Boxes | None = None) -> None:
         self.flooding = flooding
-        self.table = CoverSet()  # the neighbour's interest, counted
+        self.table = CoverSet(boxes)  # the neighbour's interest, counted
         boxes = self.table.boxes  # (one set of columns: a filter's box is made once)
         self.held = _Profiles(boxes)  # this site's current versions, from the other sides
         self.theirs: dict[str, Publish] = {}  # the version the neighbour holds, by id

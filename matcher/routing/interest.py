@@ -83,8 +83,8 @@ class Covering:
     the sent set; a remove of a sent filter a query on what is behind and one
     per filter it covered."""
 
-    def __init__(self) -> None:
-        boxes = Boxes()
+    def __init__(self, boxes: Boxes | None = None) -> None:
+        boxes = boxes or Boxes()
         self.behind = CoverSet(boxes)
         self.sent = CoverSet(boxes)
 
@@ -117,8 +117,8 @@ class Merging:
     one there covers (of two equal in meaning, the older), and the merger's
     groups partition them."""
 
-    def __init__(self, *, imperfect: bool, budget: float) -> None:
-        boxes = Boxes()
+    def __init__(self, *, imperfect: bool, budget: float, boxes: Boxes | None = None) -> None:
+        boxes = boxes or Boxes()
         self.behind = CoverSet(boxes)
         self.roots = CoverSet(boxes)
         self.merger = Merger(imperfect=imperfect, budget=budget)
@@ -164,16 +164,17 @@ def _net(changes: list[Change]) -> list[Change]:
     return adds + removes
 
 
-def strategy(routing: str, merge: str, budget: float) -> Strategy:
-    """The strategy object of a network file's `routing` setting (not flooding)."""
+def strategy(routing: str, merge: str, budget: float, *, boxes: Boxes | None = None) -> Strategy:
+    """The strategy object of a network file's `routing` setting (not flooding);
+    `boxes` may be shared with other users of the space's filters."""
     if routing == "simple":
         return Simple()
     if routing == "identity":
         return Identity()
     if routing == "covering":
-        return Covering()
+        return Covering(boxes)
     if routing == "merging":
-        return Merging(imperfect=merge == "imperfect", budget=budget)
+        return Merging(imperfect=merge == "imperfect", budget=budget, boxes=boxes)
     raise ValueError(f"no interest strategy for routing {routing!r}")
 
 

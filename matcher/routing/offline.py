@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from matcher.routing import wire
+from matcher.routing.cover_set import Boxes
 from matcher.routing.moves import Move
 from matcher.routing.network import Network
 from matcher.routing.order import Key
@@ -139,7 +140,8 @@ class OfflineNetwork:
     def run(self, inputs: dict[str, list[tuple[Key, Any, Any]]]) -> Result:
         """`inputs`: per site, its records as (key, decoded record, handle) in key order."""
         net = self.net
-        sites = {name: Site(name, net) for name in net.names}
+        boxes: dict[str, Boxes] = {}  # (boxes are made once for every site)
+        sites = {name: Site(name, net, boxes) for name in net.names}
         links = {d: LinkCounts() for d in net.directed_links()}
         forwarded: dict[tuple[str, str], list[Any]] = defaultdict(list)
         start = min((recs[0][0].ts for recs in inputs.values() if recs), default=0)

@@ -38,6 +38,7 @@ from typing import Any
 
 from matcher.engine import SpaceMatcher
 from matcher.records import Publish, Retract
+from matcher.routing.cover_set import Boxes
 from matcher.routing.forwarding import Forwarder
 from matcher.routing.interest import Eligible, Identity, Strategy, strategy
 from matcher.routing.local import LocalSource
@@ -225,11 +226,14 @@ class Matcher(Stage):
                 code = 0 if record.kind == "subscription" else 1
                 upserts.setdefault((code, record.id), []).append((i, key))
         ranked = matcher.apply_batch_ranked([r for _, r in keyed])
-        for (index, *rank), event in ranked:
-            if rank[0] == 0:
-                made = None if rank[2] == -1 else self._made(space, upserts, index, *rank[2:4])
-                rank.append(made)
-            self.events.append((space, keyed[index][0], tuple(rank), event))
+        events = self.events
+        for r, event in ranked:  # r: (index, *rank)
+            if r[1]:
+                rank = r[1:]
+            else:
+                made = None if r[3] == -1 else self._made(space, upserts, r[0], r[3], r[4])
+                rank = (*r[1:], made)
+            events.append((space, keyed[r[0]][0], rank, event))
         for (code, ident), made in upserts.items():
             self._last_made[space, code, ident] = made[-1][1]
 
@@ -280,9 +284,10 @@ class InterestPort(Port):
 
     plane = "interest"
 
-    def __init__(self, neighbour: str, net: Network) -> None:
+    def __init__(self, neighbour: str, net: Network, boxes: dict[str, Boxes] | None = None) -> None:
         super().__init__(neighbour)
         self.net = net
+        self.boxes = {} if boxes is None else boxes  # per space, shared by the site's ports
         self.spaces: dict[str, Strategy | Eligible] = {}
         self.entries = 0  # the neighbour's table from this port, all spaces
         self.peak = 0
@@ -291,7 +296,8 @@ class InterestPort(Port):
         s = self.spaces.get(space)
         if s is None:
             net = self.net
-            s = strategy(net.routing, net.merge, net.merge_budget)
+            shared = self.boxes.setdefault(space, Boxes())
+            s = strategy(net.routing, net.merge, net.merge_budget, boxes=shared)
             if net.advertisements:
                 s = Eligible(s)
             self.spaces[space] = s
@@ -319,17 +325,26 @@ class ProfilePort(Port):
 
     plane = "profile"
 
-    def __init__(self, neighbour: str, *, flooding: bool, behind: set[str] | None = None) -> None:
+    def __init__(
+        self,
+        neighbour: str,
+        *,
+        flooding: bool,
+        behind: set[str] | None = None,
+        boxes: dict[str, Boxes] | None = None,
+    ) -> None:
         super().__init__(neighbour)
         self.flooding = flooding
         self.behind = behind or set()  # the sites behind the link
+        self.boxes = {} if boxes is None else boxes  # per space, shared by the site's ports
         self.spaces: dict[str, Forwarder] = {}
         self.catch_ups = 0
 
     def _space(self, space: str) -> Forwarder:
         f = self.spaces.get(space)
         if f is None:
-            f = self.spaces[space] = Forwarder(flooding=self.flooding)
+            shared = self.boxes.setdefault(space, Boxes())
+            f = self.spaces[space] = Forwarder(flooding=self.flooding, boxes=shared)
         return f
 
     def handle(self, items: list[tuple[Key, Any]]) -> None:
@@ -375,9 +390,12 @@ def _filter_change(item: Any) -> tuple[str, str, Any]:
 class Site:
     """A site's stages, wired to its own input and to each neighbour's planes."""
 
-    def __init__(self, name: str, net: Network) -> None:
+    def __init__(self, name: str, net: Network, boxes: dict[str, Boxes] | None = None) -> None:
+        """`boxes`: the filters' and profiles' boxes per space, made once for every
+        port (and, given, for other sites in the same process)."""
         self.name = name
         self.net = net
+        self.boxes = {} if boxes is None else boxes
         self.neighbours = net.neighbours(name)
         self.local = LocalSource(
             name, advertisements=net.advertisements, selecting=net.selecting_site
@@ -405,7 +423,7 @@ class Site:
             # (a quenching producer has no subscribers: it is sent no profiles)
             producer = net.is_producer(n)
             if not flooding:
-                interest = InterestPort(n, net)
+                interest = InterestPort(n, net, self.boxes)
                 self._route(("local", "interest"), interest.inbox())
                 self._route(("hosted", "interest"), interest.inbox())
                 if net.advertisements:
@@ -415,7 +433,9 @@ class Site:
                     ports.append(adverts)
                 ports.append(interest)
             if not producer:
-                data = ProfilePort(n, flooding=flooding, behind=net.behind(name, n))
+                data = ProfilePort(
+                    n, flooding=flooding, behind=net.behind(name, n), boxes=self.boxes
+                )
                 self._route(("local", "pub"), data.inbox())
                 if not flooding:
                     self._route((n, "interest"), data.inbox())

@@ -165,12 +165,48 @@ def encode(message: Message) -> bytes:
         return (text + tail).encode()
     if isinstance(message, ProfileForward) and isinstance(message.record, Publish):
         key = _dumps(message.key.to_json())
-        return f'{{"type":"profile","record":{to_state(message.record)},"key":{key}}}'.encode()
+        return f'{_PUBLISH}{_state_text(message.record)},"key":{key}}}'.encode()
     return _dumps(message.to_json()).encode()
+
+
+_PUBLISH = '{"type":"profile","record":'
+_PUBLISH_BYTES = _PUBLISH.encode()
+_STATES: dict[int, tuple[Publish, str]] = {}  # id -> (publish, its to_state): made once
+
+
+def _state_text(pub: Publish) -> str:
+    """`to_state` of a publish, made once for the object (a version crosses many
+    links; the entry holds the object, so its id is not reused while there)."""
+    held = _STATES.get(id(pub))
+    if held is None or held[0] is not pub:
+        held = _remember(pub, to_state(pub))
+    return held[1]
+
+
+def _remember(pub: Publish, text: str) -> tuple[Publish, str]:
+    if len(_STATES) > 1 << 16:
+        _STATES.clear()  # (a bound on memory: texts are remade on demand)
+    held = _STATES[id(pub)] = (pub, text)
+    return held
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _publish_of_text(text: str) -> Publish:
+    """`from_state` of a forwarded publish's text, cached: the same version reaches
+    many sites, and a record is never changed once made."""
+    pub = from_state(text)
+    assert isinstance(pub, Publish)
+    _remember(pub, text)
+    return pub
 
 
 def decode(raw: bytes) -> Message:
     """Back from `encode`."""
+    if raw.startswith(_PUBLISH_BYTES) and not raw.startswith(b'{"op":"retract"', len(_PUBLISH)):
+        # (a forwarded publish: its record's text is the key of the parsed records)
+        end = raw.rfind(b',"key":')
+        key = Key.from_json(json.loads(raw[end + 7 : -1]))
+        return ProfileForward(_publish_of_text(raw[len(_PUBLISH) : end].decode()), key)
     obj = json.loads(raw)
     kind = obj["type"]
     if kind in ("ask", "handover"):
