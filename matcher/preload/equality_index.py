@@ -162,20 +162,22 @@ class _Part:
         score = np.where(
             point, np.diff(self.base)[:, None] * columns + np.arange(columns)[:, None], -1
         )
-        first = np.argmax(score, axis=0) if n else np.zeros(0, dtype=np.int64)
+        idx = np.arange(n)
         has_point = point.any(axis=0)
-        score[first, np.arange(n)] = -1
-        second = np.argmax(score, axis=0) if n else np.zeros(0, dtype=np.int64)
-        has_pair = has_point & (score[second, np.arange(n)] >= 0)
+        first = np.argmax(score, axis=0) if columns else np.zeros(n, dtype=np.int64)
+        if columns:
+            score[first, idx] = -1
+        second = np.argmax(score, axis=0) if columns else np.zeros(n, dtype=np.int64)
+        has_pair = has_point & (score[second, idx] >= 0 if columns else False)
         a = np.minimum(first, second)
         b = np.maximum(first, second)
         pair_columns = np.unique(a[has_pair] * columns + b[has_pair])
         if len(pair_columns) > MAX_PAIR_KEYS:  # (too many pairs to look up: single keys)
             has_pair[:] = False
             pair_columns = pair_columns[:0]
-        self.pair_columns = np.stack([pair_columns // columns, pair_columns % columns])
+        width = max(columns, 1)
+        self.pair_columns = np.stack([pair_columns // width, pair_columns % width])
         key = np.zeros(n, dtype=np.int64)
-        idx = np.arange(n)
         key[has_point] = code[first[has_point], idx[has_point]]
         pairs = np.flatnonzero(has_pair)
         key[pairs] = ncodes + code[a[pairs], pairs] * ncodes + code[b[pairs], pairs]
@@ -190,17 +192,25 @@ class _Part:
         sort = np.zeros(n)
         if len(ranged):
             r_lo, r_hi = lo[:, ranged], hi[:, ranged]
-            bounded = np.where(np.abs(lo) < MAX, lo, np.nan)
-            bounded_hi = np.where(np.abs(hi) < MAX, hi, np.nan)
+            # (the spread of each column's finite bounds: what a range passes a share of)
+            low = np.minimum(
+                np.where(np.abs(lo) < MAX, lo, np.inf).min(axis=1),
+                np.where(np.abs(hi) < MAX, hi, np.inf).min(axis=1),
+            )
+            high = np.maximum(
+                np.where(np.abs(lo) < MAX, lo, -np.inf).max(axis=1),
+                np.where(np.abs(hi) < MAX, hi, -np.inf).max(axis=1),
+            )
+            spread = np.where(high > low, high - low, np.nan)[:, None]
             with np.errstate(all="ignore"):
-                low = np.fmin(np.nanmin(bounded, axis=1), np.nanmin(bounded_hi, axis=1))
-                high = np.fmax(np.nanmax(bounded, axis=1), np.nanmax(bounded_hi, axis=1))
-                spread = np.where(high > low, high - low, 1.0)[:, None]
-                passes = (np.minimum(r_hi, high[:, None]) - np.maximum(r_lo, low[:, None])) / spread
-            passes = np.where(constrained[:, ranged], np.nan_to_num(passes, nan=1.0), np.inf)
+                top, bottom = np.minimum(r_hi, high[:, None]), np.maximum(r_lo, low[:, None])
+                passes = (top - bottom) / spread
+            passes = np.where(np.isfinite(passes), passes, 1.0)
+            passes = np.where(constrained[:, ranged], passes, np.inf)
             column = np.argmin(passes, axis=0)
             c_lo, c_hi = r_lo[column, np.arange(len(ranged))], r_hi[column, np.arange(len(ranged))]
-            low_only, high_only = c_hi >= MAX, c_lo <= -MAX
+            low_only = c_hi >= MAX  # (a column merely present: low-only, at -MAX)
+            high_only = (c_lo <= -MAX) & ~low_only
             with np.errstate(all="ignore"):
                 exponent = np.frexp(np.minimum(c_hi - c_lo, MAX))[1]
             form = 2 + np.clip(exponent - _EXPONENT_LOW, 0, WIDTH_CLASSES - 1)
