@@ -19,10 +19,12 @@ each node of the forest sits in one *list*, chosen by its box:
 - a node that constrains nothing is in a list that every profile reads.
 
 The members a profile's lists give are then tested, in a few vector passes
-over all the batch's candidates: the attributes they constrain all present
-(a bitmask test), the bounds of their other columns, and the exact test
-where a box is only a necessary condition. So a point profile costs what its
-candidates cost, not what the held subscriptions do.
+over all the batch's candidates: the bounds of the columns their key does
+not settle (a missing attribute fails them), and the exact test where a box
+is only a necessary condition. Members that need neither (a value alone, a
+one-sided range alone) have lists of their own, whose runs are answers as
+they are. So a point profile costs what its candidates cost, not what the
+held subscriptions do.
 
 The index covers a set of nodes built at once (`_Part`); nodes added later
 wait in a small second part, rebuilt as they come, until it grows past a
@@ -133,14 +135,14 @@ class _Part:
     """Nodes built into lists at once: members sorted by (list key, sort bound).
 
     Member arrays (one row per member, in list order): `node`, `key`, `sort`
-    (the bound a range list is sorted by), `mask` (the columns the node
-    constrains, 64 a word), and its residual tests `res_col`/`res_lo`/`res_hi`
-    (T × members; column `columns` is a dummy that every value passes)."""
+    (the bound a range list is sorted by), and its residual tests (`tests` of
+    them in `res_col`/`res_lo`/`res_hi`, T × members; column `columns` is a
+    dummy that every value passes). A list key is twice the key of its
+    value, pair or range form, plus one where its members need tests."""
 
     def __init__(self, forest: Forest, nodes: Ids) -> None:
         forest.sync_columns()
         self.columns = columns = forest.lo.shape[0]
-        self.words = max(1, -(-columns // 64))
         n = len(nodes)
         self.dead = 0
         self.pos_of = np.full(int(nodes.max()) + 1 if n else 0, -1, dtype=np.int64)
@@ -219,15 +221,15 @@ class _Part:
             sort[ranged] = np.where(high_only, c_hi, c_lo)
             one_sided = low_only | high_only
             keyed[column[one_sided], ranged[one_sided]] = True
+        # a settled member holds for every profile that reaches it (no residual
+        # test, no exact test): such members get lists of their own (even keys)
+        settled = ~(constrained & ~keyed).any(axis=0) & ~forest.exact[nodes]
+        key = 2 * key + ~settled
         order = np.lexsort((sort, key))
         self.node = nodes[order].astype(np.int64)
         self.key, self.sort = key[order], sort[order]
         self.alive = np.ones(n, dtype=bool)
         self.pos_of[self.node] = np.arange(n)
-        bits = constrained[:, order]
-        self.mask = np.zeros((self.words, n), dtype=np.uint64)
-        for c in range(columns):
-            self.mask[c // 64] |= bits[c].astype(np.uint64) << np.uint64(c % 64)
         self.exact = forest.exact[self.node]
         # residual tests: the constrained columns a key does not settle
         residual = (constrained & ~keyed)[:, order]
@@ -249,14 +251,11 @@ class _Part:
         self.list_end = self.list_start + counts
         # a settled list: its members hold for every profile that reaches them
         # (no residual test, no exact test, no column but the key's)
-        untested = (self.tests == 0) & ~self.exact
-        self.list_settled = (
-            np.minimum.reduceat(untested, self.list_start) if n else np.zeros(0, dtype=bool)
-        )
-        ranges = np.flatnonzero(self.list_key >= self.range_base)
+        self.list_settled = self.list_key % 2 == 0
+        ranges = np.flatnonzero(self.list_key // 2 >= self.range_base)
         self.range_lists = ranges
-        form_of = (self.list_key[ranges] - self.range_base) % (2 + WIDTH_CLASSES)
-        self.range_column = (self.list_key[ranges] - self.range_base) // (2 + WIDTH_CLASSES)
+        form_of = (self.list_key[ranges] // 2 - self.range_base) % (2 + WIDTH_CLASSES)
+        self.range_column = (self.list_key[ranges] // 2 - self.range_base) // (2 + WIDTH_CLASSES)
         self.range_form = form_of
         widest = np.zeros(len(ranges))
         for i, (start, end) in enumerate(
@@ -273,7 +272,7 @@ class _Part:
 
     @property
     def nbytes(self) -> int:
-        arrays = (self.node, self.key, self.sort, self.alive, self.mask, self.exact, self.tests)
+        arrays = (self.node, self.key, self.sort, self.alive, self.exact, self.tests)
         tests = (self.res_col, self.res_lo, self.res_hi)
         return sum(a.nbytes for a in arrays + tests) + self.pos_of.nbytes
 
@@ -319,6 +318,8 @@ class _Part:
         keys.append(np.full(n_queries, self.always_key, dtype=np.int64))
         owner.append(np.arange(n_queries))
         keys_at, owner_at = np.concatenate(keys), np.concatenate(owner)
+        keys_at = np.concatenate([2 * keys_at, 2 * keys_at + 1])  # (settled, and not)
+        owner_at = np.concatenate([owner_at, owner_at])
         at = np.searchsorted(self.list_key, keys_at)
         ok = at < len(self.list_key)
         ok[ok] = self.list_key[at[ok]] == keys_at[ok]
@@ -347,28 +348,26 @@ class _Part:
         settled = self.list_settled[np.concatenate(lists)]
         sure = self._runs(start[settled], length[settled], owner[settled])
         positions, queries = self._runs(start[~settled], length[~settled], owner[~settled])
-        keep = self.alive[positions]
-        words = np.zeros((self.words, n_queries), dtype=np.uint64)
-        for c in range(columns):
-            words[c // 64] |= present[c].astype(np.uint64) << np.uint64(c % 64)
-        for w in range(self.words):
-            missing = self.mask[w, positions] & ~words[w, queries]
-            keep &= missing == 0
-        positions, queries = positions[keep], queries[keep]
-        # the residual bounds, a test slot at a time, on the members left
+        if self.dead:
+            alive = self.alive[positions]
+            positions, queries = positions[alive], queries[alive]
+        # The residual bounds, a test slot at a time, on the members left. A
+        # missing attribute's value is inf, above every constrained high bound
+        # (at most MAX): the test of its column fails, so presence needs none.
         flat = np.concatenate([values, np.zeros((1, n_queries))]).ravel()
+        tests = self.tests[positions]
         for t in range(self.res_col.shape[0]):
-            more = self.tests[positions] > t
+            more = tests > t
             if not more.any():
                 break
             at = np.flatnonzero(more)
-            p, q = positions[at], queries[at]
-            v = flat[self.res_col[t, p] * n_queries + q]
+            p = positions[at]
+            v = flat[self.res_col[t, p] * n_queries + queries[at]]
             fail = (self.res_lo[t, p] > v) | (v > self.res_hi[t, p])
             if fail.any():
                 drop = np.ones(len(positions), dtype=bool)
                 drop[at[fail]] = False
-                positions, queries = positions[drop], queries[drop]
+                positions, queries, tests = positions[drop], queries[drop], tests[drop]
         nodes = self.node[positions]
         covers = np.ones(len(nodes), dtype=bool)
         inexact = np.flatnonzero(self.exact[positions])
