@@ -25,6 +25,7 @@ from matcher.forest.arrays import Bounds, Ids, Mask
 from matcher.forest.list_store import ELEMENT, SLICE_RUN, grown, run_positions
 from matcher.preload import grid as preload_grid
 from matcher.preload import preloader, settings
+from matcher.preload.equality_index import EqualityIndex
 from matcher.preload.grid import Grid
 from matcher.preload.path_costs import PathCosts
 from matcher.preload.profile_cells import ProfileCells
@@ -151,7 +152,7 @@ class DoubleForest:
         while len(self.sub_entries) <= slot:
             self.sub_entries.append([])
         entries = []
-        cells = self._cells()
+        cells, index = self._cells(), self._index()
         for conj in conjunctions:
             entry = self._new_entry(slot, covers, valid_from, valid_to)
             if conj.pattern_tests:
@@ -160,6 +161,8 @@ class DoubleForest:
                 node = self.sub_forest.add(conj, partial(self.dims.filter_box, conj), entry, slot)
                 if cells is not None:
                     self._log_change(cells, entry, node, added=True)
+                if index is not None and self.sub_forest.entries.count[node] == 1:
+                    index.node_added(node)
             entries.append(entry)
         self.sub_entries[slot] = entries
         self.multi_disjunct += len(entries) > 1
@@ -188,14 +191,17 @@ class DoubleForest:
         entries = self.sub_entries[slot]
         if entries and self.entry_covers[entries[0]]:
             self.covers_entries -= len(entries)
-        cells = self._cells()
+        cells, index = self._cells(), self._index()
         for entry in self.sub_entries[slot]:
             if entry in self.gated.held:
                 self.gated.discard(entry)
             else:
+                node = self.sub_forest.node_of(entry)
                 if cells is not None:
-                    self._log_change(cells, entry, self.sub_forest.node_of(entry), added=False)
+                    self._log_change(cells, entry, node, added=False)
                 self.sub_forest.discard(entry)
+                if index is not None and self.sub_forest.keys[node] is None:
+                    index.node_removed(node)
             self.entry_free.append(entry)
             self.entry_from[entry], self.entry_to[entry] = ALWAYS  # lets every query past
 
@@ -280,8 +286,13 @@ class DoubleForest:
         query_lo, query_hi = self._profile_matrix(profiles)
         routed = self._from_cells(profiles, query_lo, query_hi)
         if routed is None:
-            queries, subs = self._forest_pairs(profiles, query_lo, query_hi, span, None)
-            return _unique_pairs(queries, subs, needed=self.multi_disjunct > 0)
+            index, costs = self._index_turn(query_lo, query_hi)
+            queries, subs = self._forest_pairs(profiles, query_lo, query_hi, span, None, index)
+            out = _unique_pairs(queries, subs, needed=self.multi_disjunct > 0)
+            if costs is not None:
+                path = "forest" if index is None else "index"
+                costs.note(path, time.thread_time() - started, len(profiles))
+            return out
         if not len(routed.answered):  # (the forest's turn)
             queries, subs = self._forest_pairs(profiles, query_lo, query_hi, span, None)
             out = _unique_pairs(queries, subs, needed=self.multi_disjunct > 0)
@@ -305,12 +316,14 @@ class DoubleForest:
         query_hi: Bounds,
         span: Span,
         which: Ids | None,
+        index: EqualityIndex | None = None,
     ) -> tuple[Ids, Ids]:
         """(query index, sub slot) pairs of the profiles `which` (all if None) from
-        a descent of the subscription forest, grouped by query, repeats kept."""
+        a descent of the subscription forest (and the `index` for the point
+        profiles, if given), grouped by query, repeats kept."""
         forest = self.sub_forest
         forest.need_covers = self.covers_entries > 0
-        queries, nodes, covers = self._descend_profiles(profiles, query_lo, query_hi, which)
+        queries, nodes, covers = self._descend_profiles(profiles, query_lo, query_hi, which, index)
         n = self.n_entries
         if not self.covers_entries and _all_within(span, self.entry_from[:n], self.entry_to[:n]):
             # Every node match holds for all its entries: their subscription
@@ -368,7 +381,12 @@ class DoubleForest:
         query_lo, query_hi = self._profile_matrix(profiles)
         routed = self._from_cells(profiles, query_lo, query_hi)
         if routed is None:
-            return self._grouped_forest(profiles, query_lo, query_hi, None, slot_map)
+            index, costs = self._index_turn(query_lo, query_hi)
+            out = self._grouped_forest(profiles, query_lo, query_hi, None, slot_map, index)
+            if costs is not None:
+                path = "forest" if index is None else "index"
+                costs.note(path, time.thread_time() - started, n)
+            return out
         if not len(routed.answered):  # (the forest's turn)
             out = self._grouped_forest(profiles, query_lo, query_hi, None, slot_map)
             routed.note(time.thread_time() - started, n)
@@ -396,14 +414,16 @@ class DoubleForest:
         query_hi: Bounds,
         which: Ids | None,
         slot_map: np.ndarray | None,
+        index: EqualityIndex | None = None,
     ) -> list[np.ndarray]:
         """The grouped answers of the profiles `which` (all if None), in that order,
-        from one descent (no covers entries, no multi-disjunct subscriptions,
-        every interval meeting every query's)."""
+        from one descent (and the `index` for the point profiles, if given; no
+        covers entries, no multi-disjunct subscriptions, every interval meeting
+        every query's)."""
         n = len(profiles) if which is None else len(which)
         forest = self.sub_forest
         forest.need_covers = False
-        queries, nodes, _ = self._descend_profiles(profiles, query_lo, query_hi, which)
+        queries, nodes, _ = self._descend_profiles(profiles, query_lo, query_hi, which, index)
         order = _grouping(queries)
         queries, nodes = queries[order], nodes[order]
         if int(np.take(forest.entries.count, nodes).sum()) < SLICE_RUN * len(nodes):
@@ -428,10 +448,16 @@ class DoubleForest:
         return self.dims.matrix(boxes, PROFILE_FILL)
 
     def _descend_profiles(
-        self, profiles: list[Profile], query_lo: Bounds, query_hi: Bounds, which: Ids | None
+        self,
+        profiles: list[Profile],
+        query_lo: Bounds,
+        query_hi: Bounds,
+        which: Ids | None,
+        index: EqualityIndex | None = None,
     ) -> tuple[Ids, Ids, Mask]:
         """Every (query, subscription node) pair that overlaps, and covers, of the
-        profiles `which` (all if None; the query indices are positions in it)."""
+        profiles `which` (all if None; the query indices are positions in it):
+        the point profiles from the `index` if given, the others by a descent."""
         forest = self.sub_forest
         if which is not None:
             query_lo, query_hi = query_lo[:, which], query_hi[:, which]
@@ -441,8 +467,35 @@ class DoubleForest:
             conj = forest.keys[node]
             return conj.overlaps(profiles[query]), conj.covers(profiles[query])
 
-        no_exact = np.zeros(len(profiles), dtype=bool)  # (a profile's box says it all)
-        return forest.descend(query_lo, query_hi, no_exact, exact, queries_are_filters=False)
+        points = None if index is None else _points(query_lo, query_hi)
+        if points is None or not points.any():
+            no_exact = np.zeros(len(profiles), dtype=bool)  # (a profile's box says it all)
+            return forest.descend(query_lo, query_hi, no_exact, exact, queries_are_filters=False)
+        at = np.flatnonzero(points)
+        values, present = query_lo[:, at], query_lo[:, at] <= query_hi[:, at]
+
+        def exact_at(query: int, node: int) -> tuple[bool, bool]:
+            return exact(int(at[query]), node)
+
+        forest.sync_columns()
+        queries, nodes, covers = index.match(forest, values, present, exact_at)
+        queries = np.take(at, queries)
+        rest = np.flatnonzero(~points)
+        preloader.of(self).count(0, 0, len(at))
+        if not len(rest):
+            return queries, nodes, covers
+        more, more_nodes, more_covers = forest.descend(
+            query_lo[:, rest],
+            query_hi[:, rest],
+            np.zeros(len(rest), dtype=bool),
+            lambda query, node: exact(int(rest[query]), node),
+            queries_are_filters=False,
+        )
+        return (
+            np.concatenate([queries, np.take(rest, more)]),
+            np.concatenate([nodes, more_nodes]),
+            np.concatenate([covers, more_covers]),
+        )
 
     # -- preloaded cells (matcher.preload) ----------------------------------
 
@@ -450,6 +503,43 @@ class DoubleForest:
         """This space's filled cells, if it has a grid. O(1)."""
         pre = preloader.peek(self)
         return None if pre is None else pre.cells
+
+    def _index(self) -> EqualityIndex | None:
+        """This space's equality index, if built. O(1)."""
+        pre = preloader.peek(self)
+        return None if pre is None else pre.index
+
+    def _index_turn(
+        self, query_lo: Bounds, query_hi: Bounds
+    ) -> tuple[EqualityIndex | None, PathCosts | None]:
+        """For a batch that the cells do not answer: the equality index if it is
+        its turn (most of the batch are points, the space is large enough, and
+        the index measured cheaper than the forest, `PathCosts`), built first
+        where missing; and the costs to note the batch in (None: not measured)."""
+        config = settings.current()
+        n = query_lo.shape[1]
+        if not config.enabled or not n:
+            return None, None
+        pre = preloader.of(self)
+        if self._live_entries() < config.min_entries:
+            pre.index = None
+            return None, None
+        if 2 * int(_points(query_lo, query_hi).sum()) < n:
+            return None, None
+        costs = pre.costs_for(n, side="index", challenger="index") if config.measured else None
+        if costs is not None and not costs.challenger_turn():
+            return None, costs
+        if pre.index is None:
+            if self._index_bytes() > config.budget_bytes:
+                return None, costs
+            pre.index = EqualityIndex(self.sub_forest)
+            costs = None  # (a batch that builds the index measures the build)
+        return pre.index, costs
+
+    def _index_bytes(self) -> int:
+        """The equality index's size, estimated from the forest's nodes and columns."""
+        forest = self.sub_forest
+        return len(forest) * (48 + 24 * forest.lo.shape[0])
 
     def _log_change(self, cells: SubscriptionCells, entry: int, node: int, *, added: bool) -> None:
         columns, forest = cells.grid.columns, self.sub_forest
@@ -553,7 +643,7 @@ class DoubleForest:
         config = settings.current()
         costs = pre.costs_for(n) if config.measured else None
         everything = np.arange(n)
-        if not fits.any() or (costs is not None and not costs.cells_turn()):
+        if not fits.any() or (costs is not None and not costs.challenger_turn()):
             pre.count(n, 0)
             return Routed(
                 everything, everything[:0], everything[:0], everything[:0], "forest", costs
@@ -688,7 +778,7 @@ class DoubleForest:
         pre = preloader.of(self)
         config = settings.current()
         costs = pre.costs_for(len(conjs), side="profiles") if config.measured else None
-        if costs is not None and not costs.cells_turn():
+        if costs is not None and not costs.challenger_turn():
             return "forest", costs, None
         boxes = [self.dims.filter_box(c, grow=False) for c in conjs]
         built = pre.profile_cells
@@ -759,6 +849,9 @@ class DoubleForest:
         profile_cells = self._profile_cells_now()
         if profile_cells is not None and profile_cells.columns == len(self.dims):
             profile_cells.check(self.dims, dict(self._held_profiles()))
+        index = self._index()
+        if index is not None:
+            index.check(self.sub_forest)
         self.gated.check_invariants()
 
 
@@ -798,6 +891,12 @@ def _grouping(queries: Ids) -> Ids:
     if len(queries) and int(queries.max()) < 2**15:
         queries = queries.astype(np.int16)
     return np.argsort(queries, kind="stable")
+
+
+def _points(query_lo: Bounds, query_hi: Bounds) -> Mask:
+    """Which query boxes (columns × queries) are points: a value or nothing on
+    each column."""
+    return ((query_lo == query_hi) | (query_lo > query_hi)).all(axis=0)
 
 
 def _all_within(span: Span, starts: np.ndarray, ends: np.ndarray) -> bool:

@@ -8,11 +8,12 @@ the answer and not with the number of subscriptions held.
 
 | module | job |
 |---|---|
-| `preloader` | a space's grid and cells (beside its `DoubleForest`, never pickled), the counts |
+| `preloader` | a space's grid, cells, index (beside its `DoubleForest`, unpickled), counts |
 | `grid` | `Grid`: cells over the chosen columns, the cell of a box; `choose` the columns |
 | `subscription_cells` | `SubscriptionCells`: the filled cells, their change log, their queries |
 | `cell_pool` | `CellPool`: every cell's members in one set of arrays, a region each |
 | `segments` | binary search in many sorted segments of one array at once |
-| `path_costs` | `PathCosts`: the cells or the forest for a batch, by measured cost |
+| `equality_index` | `EqualityIndex`: nodes by required value or range, for points (no grid) |
+| `path_costs` | `PathCosts`: the forest or the cells (or index) for a batch, by measured cost |
 | `settings` | `PreloadSettings`: the memory budget per space, the attributes, thresholds |
 """

@@ -1,4 +1,5 @@
-"""Which path a batch of queries takes: the cells or the forest, by measured cost.
+"""Which path a batch of queries takes: the forest or a challenger (the cells, the
+equality index), by measured cost.
 
 Both paths give the same answers; they differ in what they cost, which
 depends on the space (how many subscriptions a cell holds, how large the
@@ -7,7 +8,7 @@ as a moving average of what whole batches that took it measured: the forest
 takes the first batches and then one in every `REMEASURE`, so that its
 average follows the space as it changes; the cells take the others while
 they cost less. When they cost more they sit out a number of batches that
-doubles each time they lose (the forest measured meanwhile), and are then
+doubles each time it loses (the forest measured meanwhile), and is then
 measured afresh.
 """
 
@@ -15,19 +16,20 @@ from __future__ import annotations
 
 SMOOTHING = 0.25  # weight of a new measurement in the moving averages
 SAMPLES = 2  # measurements of each path before the averages decide
-REMEASURE = 64  # the forest takes one batch in this many while the cells win
-PAUSE = 8  # batches the cells sit out after losing, doubled each loss ...
+REMEASURE = 64  # the forest takes one batch in this many while the challenger wins
+PAUSE = 8  # batches the challenger sits out after losing, doubled each loss ...
 MAX_PAUSE = 1024  # ... up to this many
 
 
 class PathCosts:
-    """Seconds per query of each path; `cells_turn()` says which path a batch
-    takes. Invariant: `pause_left > 0` only while the cells lost the last
-    comparison."""
+    """Seconds per query of each path (`challenger` and "forest");
+    `challenger_turn()` says which path a batch takes. Invariant: `pause_left
+    > 0` only while the challenger lost the last comparison."""
 
-    def __init__(self) -> None:
-        self.seconds = {"cells": 0.0, "forest": 0.0}
-        self.samples = {"cells": 0, "forest": 0}
+    def __init__(self, challenger: str = "cells") -> None:
+        self.challenger = challenger
+        self.seconds = {challenger: 0.0, "forest": 0.0}
+        self.samples = {challenger: 0, "forest": 0}
         self.pause = PAUSE
         self.pause_left = 0
         self.batches = 0
@@ -44,20 +46,22 @@ class PathCosts:
         )
         self.samples[path] = n + 1
 
-    def cells_turn(self) -> bool:
-        """Whether this batch is the cells' (else the forest's, to be noted). O(1)."""
+    def challenger_turn(self) -> bool:
+        """Whether this batch is the challenger's (else the forest's, to be
+        noted). O(1)."""
+        mine = self.challenger
         self.batches += 1
         if self.pause_left > 0:
             self.pause_left -= 1
             if self.pause_left == 0:  # try again, measured afresh
-                self.samples["cells"] = 0
+                self.samples[mine] = 0
             return False
         if self.samples["forest"] < SAMPLES or self.batches % REMEASURE == 0:
             return False
-        if self.samples["cells"] >= SAMPLES:
-            if self.seconds["cells"] > self.seconds["forest"]:
+        if self.samples[mine] >= SAMPLES:
+            if self.seconds[mine] > self.seconds["forest"]:
                 self.pause_left = self.pause
                 self.pause = min(2 * self.pause, MAX_PAUSE)
                 return False
-            self.pause = PAUSE  # (they win: a later loss pauses them briefly again)
+            self.pause = PAUSE  # (it wins: a later loss pauses it briefly again)
         return True

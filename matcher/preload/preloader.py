@@ -13,6 +13,7 @@ import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
+from matcher.preload.equality_index import EqualityIndex
 from matcher.preload.grid import Grid
 from matcher.preload.path_costs import PathCosts
 from matcher.preload.profile_cells import ProfileCells
@@ -30,17 +31,20 @@ class Counts:
 
     profiles: int = 0
     from_cells: int = 0
+    from_index: int = 0
 
 
 @dataclass
 class Preloader:
-    """One space's cells (None: no grid yet, or none worth it) and their costs.
+    """One space's cells (None: no grid yet, or none worth it), its equality
+    index (None: not built, or not worth it), and their costs.
 
     `chosen_at` is the number of live entries when the grid was last chosen
     (or found not worth it), which `due` compares with."""
 
     cells: SubscriptionCells | None = None
     profile_cells: ProfileCells | None = None
+    index: EqualityIndex | None = None
     chosen_at: int = 0
     costs: dict[tuple[str, int], PathCosts] = field(default_factory=dict)
     counts: Counts = field(default_factory=Counts)
@@ -64,20 +68,23 @@ class Preloader:
             self.cells = SubscriptionCells(grid) if grid is not None else None
             self.profile_cells = None
 
-    def costs_for(self, queries: int, side: str = "subscriptions") -> PathCosts:
+    def costs_for(
+        self, queries: int, side: str = "subscriptions", challenger: str = "cells"
+    ) -> PathCosts:
         """The path costs of batches about this size (a power of two's range up to
-        SIZE_CLASSES) asking `side`: a query costs less in a large batch, on
-        either path."""
-        key = (side, min(queries.bit_length(), SIZE_CLASSES))
+        SIZE_CLASSES) asking `side`, the forest against `challenger`: a query
+        costs less in a large batch, on either path."""
+        key = (side, min(queries.bit_length(), SIZE_CLASSES), challenger)
         costs = self.costs.get(key)
         if costs is None:
-            costs = self.costs[key] = PathCosts()
+            costs = self.costs[key] = PathCosts(challenger)
         return costs
 
-    def count(self, profiles: int, from_cells: int) -> None:
+    def count(self, profiles: int, from_cells: int, from_index: int = 0) -> None:
         for counts in (self.counts, self.total):
             counts.profiles += profiles
             counts.from_cells += from_cells
+            counts.from_index += from_index
 
     def take_counts(self) -> dict[str, int]:
         """The counts since last taken (then zeroed), and the cells' size now."""
@@ -89,8 +96,10 @@ class Preloader:
         return {
             "profiles": counts.profiles,
             "profiles_from_cells": counts.from_cells,
+            "profiles_from_index": counts.from_index,
             "cells": len(cells) if cells is not None else 0,
             "cells_bytes": held,
+            "index_bytes": self.index.nbytes if self.index is not None else 0,
         }
 
 

@@ -1,0 +1,392 @@
+"""The subscription forest's nodes indexed for point profiles, by the values
+they require and the attributes they constrain.
+
+Where subscriptions constrain a few of many attributes, mostly to a value (a
+symbol, an exchange) and the rest to ranges, covering prunes little, and a
+grid over two numeric columns would test most of its members in full. Here
+each node of the forest sits in one *list*, chosen by its box:
+
+- a node that constrains some columns to a point is listed under the (code
+  of the) value of its most selective point column, or of its two most
+  selective ones (a pair key): a point profile looks up each of its values,
+  and each pair of them, by one binary search of the list keys;
+- a node without a point column is listed under its most selective range
+  column and the form of its range there (a low bound only, a high bound
+  only, or both, by the binary order of magnitude of its width), sorted by
+  the bound: a profile's value cuts such a list to the members whose bound
+  it passes (or, for both bounds, whose low bound lies in `[value - widest,
+  value]`) by two binary searches;
+- a node that constrains nothing is in a list that every profile reads.
+
+The members a profile's lists give are then tested, in a few vector passes
+over all the batch's candidates: the bounds of the columns their key does
+not settle (a missing attribute fails them), and the exact test where a box
+is only a necessary condition. Members that need neither (a value alone, a
+one-sided range alone) have lists of their own, whose runs are answers as
+they are. So a point profile costs what its candidates cost, not what the
+held subscriptions do.
+
+The index covers a set of nodes built at once (`_Part`); nodes added later
+wait in a small second part, rebuilt as they come, until it grows past a
+share of the first and both are built again from the forest. A removed node
+is marked dead where it is listed. Only point profiles are answered here:
+for a point, a box that meets it also covers it (SEMANTICS §2), and an
+interval profile takes the forest.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from matcher.boxes import MAX
+from matcher.forest import Forest
+from matcher.forest.arrays import Bounds, Ids, Mask
+from matcher.forest.list_store import run_positions
+from matcher.preload import segments
+
+REBUILD_SHARE = 8  # the added part is merged once it holds an eighth of the main one ...
+MIN_ADDED = 2048  # ... and at least this many nodes
+DEAD_SHARE = 4  # a part is rebuilt once a quarter of its members are dead
+MAX_PAIR_KEYS = 256  # column pairs a profile's values are looked up by, at most
+WIDTH_CLASSES = 64  # ranges grouped by the binary exponent of their width
+_EXPONENT_LOW = -30  # (exponents below this share the lowest class)
+
+# (query, node) -> (overlaps, covers): the exact test for boxes that are not exact
+ExactTest = Callable[[int, int], tuple[bool, bool]]
+
+
+class EqualityIndex:
+    """The live nodes of a subscription forest, listed for point profiles.
+
+    Invariant: every live node of the forest is in exactly one of `main`,
+    `added` (alive there) or `waiting`; a node removed is in none (dead where
+    it was listed). Built from the forest (O(nodes × columns + nodes log
+    nodes)); `node_added`/`node_removed` O(1); `match` as the module says."""
+
+    def __init__(self, forest: Forest) -> None:
+        self.main = _Part(forest, _live_nodes(forest))
+        self.added = _Part(forest, np.zeros(0, dtype=np.int64))
+        self.waiting: set[int] = set()
+
+    @property
+    def nbytes(self) -> int:
+        return self.main.nbytes + self.added.nbytes
+
+    def node_added(self, node: int) -> None:
+        """Note a node new to the forest (listed at the next query). O(1)."""
+        self.waiting.add(node)
+
+    def node_removed(self, node: int) -> None:
+        """Note a node gone from the forest (its id may come back as another). O(1)."""
+        if node in self.waiting:
+            self.waiting.discard(node)
+            return
+        self.main.kill(node)
+        self.added.kill(node)
+
+    def catch_up(self, forest: Forest) -> None:
+        """List the waiting nodes: the added part built again with them, or both
+        parts from the forest once the added part is large, or the dead many."""
+        main, added = self.main, self.added
+        rebuild = main.dead * DEAD_SHARE > max(len(main), MIN_ADDED)
+        if self.waiting or added.dead:
+            grown = len(added) - added.dead + len(self.waiting)
+            rebuild |= grown > max(MIN_ADDED, len(main) // REBUILD_SHARE)
+            if not rebuild:
+                nodes = np.concatenate(
+                    [added.live_nodes(), np.fromiter(self.waiting, dtype=np.int64)]
+                )
+                self.added = _Part(forest, nodes)
+        if rebuild:
+            self.main = _Part(forest, _live_nodes(forest))
+            self.added = _Part(forest, np.zeros(0, dtype=np.int64))
+        self.waiting.clear()
+
+    def match(
+        self, forest: Forest, values: Bounds, present: Mask, exact: ExactTest
+    ) -> tuple[Ids, Ids, Mask]:
+        """Every (query, node) pair whose node holds for the point profile of
+        the query, and whether it covers it (always, for a point): `values`
+        are the profiles' points over the forest's columns (columns × queries),
+        `present` where they have the attribute. The waiting nodes listed first."""
+        self.catch_up(forest)
+        parts = [p.match(forest, values, present, exact) for p in (self.main, self.added) if len(p)]
+        if not parts:
+            empty = np.zeros(0, dtype=np.int64)
+            return empty, empty, np.zeros(0, dtype=bool)
+        return tuple(np.concatenate([p[i] for p in parts]) for i in range(3))
+
+    def check(self, forest: Forest) -> None:
+        """Assert that every live node is listed once, alive (the waiting ones
+        first), and no other node. O(nodes): for tests."""
+        self.catch_up(forest)
+        listed = np.concatenate([self.main.live_nodes(), self.added.live_nodes()])
+        assert len(np.unique(listed)) == len(listed), "a node listed twice"
+        assert (np.sort(listed) == _live_nodes(forest)).all(), "listed nodes are not the live ones"
+
+
+def _live_nodes(forest: Forest) -> Ids:
+    return np.flatnonzero(forest.entries.count[: len(forest.keys)] > 0).astype(np.int64)
+
+
+class _Part:
+    """Nodes built into lists at once: members sorted by (list key, sort bound).
+
+    Member arrays (one row per member, in list order): `node`, `key`, `sort`
+    (the bound a range list is sorted by), and its residual tests (`tests` of
+    them in `res_col`/`res_lo`/`res_hi`, T × members; column `columns` is a
+    dummy that every value passes). A list key is twice the key of its
+    value, pair or range form, plus one where its members need tests."""
+
+    def __init__(self, forest: Forest, nodes: Ids) -> None:
+        forest.sync_columns()
+        self.columns = columns = forest.lo.shape[0]
+        n = len(nodes)
+        self.dead = 0
+        self.pos_of = np.full(int(nodes.max()) + 1 if n else 0, -1, dtype=np.int64)
+        lo, hi = forest.lo[:, nodes], forest.hi[:, nodes]
+        constrained = (lo > -np.inf) | (hi < np.inf)
+        point = constrained & (lo == hi)
+        # codes of the point values, column after column
+        self.values: list[np.ndarray] = []
+        self.base = np.zeros(columns + 1, dtype=np.int64)
+        code = np.full((columns, n), -1, dtype=np.int64)
+        for c in range(columns):
+            found = np.unique(lo[c, point[c]])
+            self.values.append(found)
+            self.base[c + 1] = self.base[c] + len(found)
+            if len(found):
+                code[c, point[c]] = self.base[c] + np.searchsorted(found, lo[c, point[c]])
+        self.codes = ncodes = int(self.base[-1])
+        # the key columns: the point columns of most distinct values, two at most
+        score = np.where(
+            point, np.diff(self.base)[:, None] * columns + np.arange(columns)[:, None], -1
+        )
+        idx = np.arange(n)
+        has_point = point.any(axis=0)
+        first = np.argmax(score, axis=0) if columns else np.zeros(n, dtype=np.int64)
+        if columns:
+            score[first, idx] = -1
+        second = np.argmax(score, axis=0) if columns else np.zeros(n, dtype=np.int64)
+        has_pair = has_point & (score[second, idx] >= 0 if columns else False)
+        a = np.minimum(first, second)
+        b = np.maximum(first, second)
+        pair_columns = np.unique(a[has_pair] * columns + b[has_pair])
+        if len(pair_columns) > MAX_PAIR_KEYS:  # (too many pairs to look up: single keys)
+            has_pair[:] = False
+            pair_columns = pair_columns[:0]
+        width = max(columns, 1)
+        self.pair_columns = np.stack([pair_columns // width, pair_columns % width])
+        key = np.zeros(n, dtype=np.int64)
+        key[has_point] = code[first[has_point], idx[has_point]]
+        pairs = np.flatnonzero(has_pair)
+        key[pairs] = ncodes + code[a[pairs], pairs] * ncodes + code[b[pairs], pairs]
+        self.always_key = ncodes + ncodes * ncodes
+        self.range_base = self.always_key + 1
+        keyed = np.zeros((columns, n), dtype=bool)
+        keyed[first[has_point], idx[has_point]] = True
+        keyed[second[pairs], pairs] = True
+        # nodes without a point column: listed by their most selective range column
+        ranged = np.flatnonzero(~has_point & constrained.any(axis=0))
+        key[~has_point] = self.always_key
+        sort = np.zeros(n)
+        if len(ranged):
+            r_lo, r_hi = lo[:, ranged], hi[:, ranged]
+            # (the spread of each column's finite bounds: what a range passes a share of)
+            low = np.minimum(
+                np.where(np.abs(lo) < MAX, lo, np.inf).min(axis=1),
+                np.where(np.abs(hi) < MAX, hi, np.inf).min(axis=1),
+            )
+            high = np.maximum(
+                np.where(np.abs(lo) < MAX, lo, -np.inf).max(axis=1),
+                np.where(np.abs(hi) < MAX, hi, -np.inf).max(axis=1),
+            )
+            spread = np.where(high > low, high - low, np.nan)[:, None]
+            with np.errstate(all="ignore"):
+                top, bottom = np.minimum(r_hi, high[:, None]), np.maximum(r_lo, low[:, None])
+                passes = (top - bottom) / spread
+            passes = np.where(np.isfinite(passes), passes, 1.0)
+            passes = np.where(constrained[:, ranged], passes, np.inf)
+            column = np.argmin(passes, axis=0)
+            c_lo, c_hi = r_lo[column, np.arange(len(ranged))], r_hi[column, np.arange(len(ranged))]
+            low_only = c_hi >= MAX  # (a column merely present: low-only, at -MAX)
+            high_only = (c_lo <= -MAX) & ~low_only
+            with np.errstate(all="ignore"):
+                exponent = np.frexp(np.minimum(c_hi - c_lo, MAX))[1]
+            form = 2 + np.clip(exponent - _EXPONENT_LOW, 0, WIDTH_CLASSES - 1)
+            form = np.where(low_only, 0, np.where(high_only, 1, form))
+            key[ranged] = self.range_base + column * (2 + WIDTH_CLASSES) + form
+            sort[ranged] = np.where(high_only, c_hi, c_lo)
+            one_sided = low_only | high_only
+            keyed[column[one_sided], ranged[one_sided]] = True
+        # a settled member holds for every profile that reaches it (no residual
+        # test, no exact test): such members get lists of their own (even keys)
+        settled = ~(constrained & ~keyed).any(axis=0) & ~forest.exact[nodes]
+        key = 2 * key + ~settled
+        order = np.lexsort((sort, key))
+        self.node = nodes[order].astype(np.int64)
+        self.key, self.sort = key[order], sort[order]
+        self.alive = np.ones(n, dtype=bool)
+        self.pos_of[self.node] = np.arange(n)
+        self.exact = forest.exact[self.node]
+        # residual tests: the constrained columns a key does not settle
+        residual = (constrained & ~keyed)[:, order]
+        member, col = np.nonzero(residual.T)
+        tests = np.bincount(member, minlength=n)
+        self.tests = tests
+        depth = int(tests.max()) if n else 0
+        slot = np.arange(len(member)) - np.repeat(np.cumsum(tests) - tests, tests)
+        self.res_col = np.full((depth, n), columns, dtype=np.int64)
+        self.res_lo = np.full((depth, n), -np.inf)
+        self.res_hi = np.full((depth, n), np.inf)
+        self.res_col[slot, member] = col
+        self.res_lo[slot, member] = lo[:, order][col, member]
+        self.res_hi[slot, member] = hi[:, order][col, member]
+        # the lists: distinct keys, their runs of members
+        self.list_key, self.list_start, counts = np.unique(
+            self.key, return_index=True, return_counts=True
+        )
+        self.list_end = self.list_start + counts
+        # a settled list: its members hold for every profile that reaches them
+        # (no residual test, no exact test, no column but the key's)
+        self.list_settled = self.list_key % 2 == 0
+        ranges = np.flatnonzero(self.list_key // 2 >= self.range_base)
+        self.range_lists = ranges
+        form_of = (self.list_key[ranges] // 2 - self.range_base) % (2 + WIDTH_CLASSES)
+        self.range_column = (self.list_key[ranges] // 2 - self.range_base) // (2 + WIDTH_CLASSES)
+        self.range_form = form_of
+        widest = np.zeros(len(ranges))
+        for i, (start, end) in enumerate(
+            zip(self.list_start[ranges].tolist(), self.list_end[ranges].tolist(), strict=True)
+        ):
+            if form_of[i] >= 2:
+                c = int(self.range_column[i])
+                members = self.node[start:end]
+                widest[i] = float(np.max(forest.hi[c, members] - forest.lo[c, members]))
+        self.range_widest = widest
+
+    def __len__(self) -> int:
+        return len(self.node)
+
+    @property
+    def nbytes(self) -> int:
+        arrays = (self.node, self.key, self.sort, self.alive, self.exact, self.tests)
+        tests = (self.res_col, self.res_lo, self.res_hi)
+        return sum(a.nbytes for a in arrays + tests) + self.pos_of.nbytes
+
+    def kill(self, node: int) -> None:
+        """Mark a node's member dead, if it has one. O(1)."""
+        if node < len(self.pos_of) and self.pos_of[node] >= 0:
+            self.alive[self.pos_of[node]] = False
+            self.pos_of[node] = -1
+            self.dead += 1
+
+    def live_nodes(self) -> Ids:
+        return self.node[self.alive]
+
+    def match(
+        self, forest: Forest, values: Bounds, present: Mask, exact: ExactTest
+    ) -> tuple[Ids, Ids, Mask]:
+        """(query, node, covers) of this part's live nodes that hold for the
+        point profiles (`EqualityIndex.match`)."""
+        columns = self.columns
+        n_queries = values.shape[1]
+        values, present = values[:columns], present[:columns]
+        starts, stops, owners, lists = [], [], [], []
+        # value keys: each present value's code, and each pair's
+        code = np.full((columns, n_queries), -1, dtype=np.int64)
+        for c in range(columns):
+            found = self.values[c]
+            if not len(found):
+                continue
+            at = np.searchsorted(found, values[c])
+            ok = present[c] & (at < len(found))
+            ok[ok] = found[at[ok]] == values[c, ok]
+            code[c, ok] = self.base[c] + at[ok]
+        keys, owner = [], []
+        for c in range(columns):
+            has = np.flatnonzero(code[c] >= 0)
+            keys.append(code[c, has])
+            owner.append(has)
+        ncodes = self.codes
+        for a, b in self.pair_columns.T.tolist():
+            has = np.flatnonzero((code[a] >= 0) & (code[b] >= 0))
+            keys.append(ncodes + code[a, has] * ncodes + code[b, has])
+            owner.append(has)
+        keys.append(np.full(n_queries, self.always_key, dtype=np.int64))
+        owner.append(np.arange(n_queries))
+        keys_at, owner_at = np.concatenate(keys), np.concatenate(owner)
+        keys_at = np.concatenate([2 * keys_at, 2 * keys_at + 1])  # (settled, and not)
+        owner_at = np.concatenate([owner_at, owner_at])
+        at = np.searchsorted(self.list_key, keys_at)
+        ok = at < len(self.list_key)
+        ok[ok] = self.list_key[at[ok]] == keys_at[ok]
+        starts.append(self.list_start[at[ok]])
+        stops.append(self.list_end[at[ok]])
+        owners.append(owner_at[ok])
+        lists.append(at[ok])
+        # range lists: the run of members whose sort bound the value passes
+        if len(self.range_lists):
+            ranged, asking = np.nonzero(present[self.range_column])
+            value = values[self.range_column[ranged], asking]
+            form = self.range_form[ranged]
+            low = np.where(form == 1, value, value - self.range_widest[ranged])
+            low = np.where(form == 0, -np.inf, low)
+            high = np.where(form == 1, np.inf, value)
+            which = self.range_lists[ranged]
+            begin, end = self.list_start[which], self.list_end[which]
+            first = segments.search(self.sort, begin, end, low, right=False)
+            last = segments.search(self.sort, first, end, high, right=True)
+            starts.append(first)
+            stops.append(last)
+            owners.append(asking)
+            lists.append(which)
+        start, stop, owner = map(np.concatenate, (starts, stops, owners))
+        length = np.maximum(stop - start, 0)
+        settled = self.list_settled[np.concatenate(lists)]
+        sure = self._runs(start[settled], length[settled], owner[settled])
+        positions, queries = self._runs(start[~settled], length[~settled], owner[~settled])
+        if self.dead:
+            alive = self.alive[positions]
+            positions, queries = positions[alive], queries[alive]
+        # The residual bounds, a test slot at a time, on the members left. A
+        # missing attribute's value is inf, above every constrained high bound
+        # (at most MAX): the test of its column fails, so presence needs none.
+        flat = np.concatenate([values, np.zeros((1, n_queries))]).ravel()
+        tests = self.tests[positions]
+        for t in range(self.res_col.shape[0]):
+            more = tests > t
+            if not more.any():
+                break
+            at = np.flatnonzero(more)
+            p = positions[at]
+            v = flat[self.res_col[t, p] * n_queries + queries[at]]
+            fail = (self.res_lo[t, p] > v) | (v > self.res_hi[t, p])
+            if fail.any():
+                drop = np.ones(len(positions), dtype=bool)
+                drop[at[fail]] = False
+                positions, queries, tests = positions[drop], queries[drop], tests[drop]
+        nodes = self.node[positions]
+        covers = np.ones(len(nodes), dtype=bool)
+        inexact = np.flatnonzero(self.exact[positions])
+        if len(inexact):
+            keep = np.ones(len(nodes), dtype=bool)
+            for i in inexact.tolist():
+                keep[i], covers[i] = exact(int(queries[i]), int(nodes[i]))
+            queries, nodes, covers = queries[keep], nodes[keep], covers[keep]
+        sure_positions, sure_queries = sure
+        if self.dead:
+            alive = self.alive[sure_positions]
+            sure_positions, sure_queries = sure_positions[alive], sure_queries[alive]
+        return (
+            np.concatenate([sure_queries, queries]),
+            np.concatenate([self.node[sure_positions], nodes]),
+            np.concatenate([np.ones(len(sure_positions), dtype=bool), covers]),
+        )
+
+    @staticmethod
+    def _runs(start: Ids, length: Ids, owner: Ids) -> tuple[Ids, Ids]:
+        """The positions of runs of members and the query each belongs to."""
+        return run_positions(start, length), np.repeat(owner, length)
