@@ -36,6 +36,7 @@ from collections.abc import Callable
 from typing import Any
 
 from matcher.engines.gated import GatedFilters
+from matcher.routing.cover_set import CoverSet
 from matcher.routing.local import LocalSource
 from matcher.routing.members import Hosted, MemberDesk
 from matcher.routing.site import NEVER, InterestPort
@@ -290,3 +291,24 @@ def per_change_entry(kind: str, ident: str, rec: str | None) -> tuple[str, str, 
     or null` (the latest change per id): the change it is, to replay before the
     per-batch entries (which came later)."""
     return kind, ident, rec
+
+
+# -- format 7: a cover set's members in one table -------------------------------------
+
+
+class RetiredCoverGroup:
+    """What a cover set of format 6 or older kept per set of columns: read, then
+    dropped (the cover set is rebuilt from its members)."""
+
+
+RENAMES[("matcher.routing.cover_set", "_Group")] = (__name__, "RetiredCoverGroup")
+
+
+@upgrade("matcher.routing.cover_set", "CoverSet", before=7)
+def _cover_set_in_one_table(state: Attributes) -> Attributes:
+    """A cover set of format 6 or older kept its members' bounds in a table per set
+    of columns; it is made again from its members and their counts, in their order."""
+    fresh = CoverSet(state["boxes"])
+    for conj, n in state["counts"].items():
+        fresh.add(conj, n)
+    return vars(fresh)
