@@ -10,9 +10,11 @@ each subscriber holds (§6). `fire` runs the timers due at one time.
 
 State: the pairs (`sustain.Pair`) that hold or are delivered, the chosen
 members per (group, profile), how often each member was served; indexed by
-subscription and by profile; a heap of timers. Each step logs the items it
-changed (`drain_changes`: `(item key, JSON or None)`), so that a state store
-keeps it with the held records' changes and `restore` sets it back.
+subscription and by profile; the timers, as a heap of due times and the pairs
+due at each (a profile's pairs share one due time: one heap entry for them
+all). Each step logs the items it changed (`drain_changes`: `(item key, JSON
+or None)`), so that a state store keeps it with the held records' changes and
+`restore` sets it back.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ Key = tuple[str, str]  # (subscription id, profile id)
 Emit = Callable[[str, str, Held, Held, int], Any]
 _SEP = "\x1f"
 _FIRST = itemgetter(0)
+_TIMED = (PENDING, LEAVING)
 
 
 @dataclass(slots=True)
@@ -59,7 +62,13 @@ class Delivery:
         self.by_prof: dict[str, set[str]] = {}
         self.chosen: dict[tuple[str, str], set[str]] = {}  # (group, profile) -> members
         self.served: dict[tuple[str, str], int] = {}  # (group, member) -> times chosen
-        self._timers: list[tuple[int, str, str]] = []
+        # Timers: a heap of distinct due times, and the pairs due at each. A pair's
+        # timer is live while it is pending or leaving with that `due`; the others
+        # (cancelled or moved) are dropped when met.
+        self._timers: list[int] = []
+        self._due: dict[int, list[Key]] = {}
+        # The items changed since drained: ("p", sid, pid), ("c", group, pid), ("n",
+        # group, sid), and ("P", pid, "") for every pair of a profile's first version.
         self._dirty: set[tuple[str, str, str]] = set()
 
     # -- state -------------------------------------------------------------------
@@ -68,20 +77,39 @@ class Delivery:
         return {**self.__dict__, "_dirty": set()}
 
     def next_due(self) -> int | None:
-        """The earliest timer (lazily dropping cancelled ones). O(log n) amortized."""
-        timers = self._timers
+        """The earliest live timer's due time, dropping the dead ones met on the way.
+        O(log t) amortized for t due times."""
+        timers, due_at, pairs = self._timers, self._due, self.pairs
         while timers:
-            due, sid, pid = timers[0]
-            pair = self.pairs.get((sid, pid))
-            if pair is not None and pair.due == due and pair.phase in (PENDING, LEAVING):
-                return due
+            due = timers[0]
+            keys = due_at[due]
+            while keys:
+                pair = pairs.get(keys[-1])
+                if pair is not None and pair.due == due and pair.phase in _TIMED:
+                    return due
+                keys.pop()
+            del due_at[due]
             heapq.heappop(timers)
         return None
 
+    def _set_timer(self, due: int, key: Key) -> None:
+        """A timer for the pair `key` at `due` (its `due`). O(1), or O(log t) for a
+        due time not held yet."""
+        keys = self._due.get(due)
+        if keys is None:
+            self._due[due] = [key]
+            heapq.heappush(self._timers, due)
+        else:
+            keys.append(key)
+
     def drain_changes(self) -> list[tuple[str, str | None]]:
         """The items changed since the last drain: `(key, JSON or None)`."""
+        dirty = self._dirty
+        for item in [item for item in dirty if item[0] == "P"]:
+            dirty.remove(item)
+            dirty.update(("p", sid, item[1]) for sid in self.by_prof.get(item[1], ()))
         out = []
-        for item in sorted(self._dirty):
+        for item in sorted(dirty):
             kind, a, b = item
             key = _SEP.join(item)
             if kind == "p":
@@ -110,7 +138,7 @@ class Delivery:
                 pair = Pair.from_json(json.loads(text))
                 self._add((a, b), pair)
                 if pair.due is not None:
-                    heapq.heappush(self._timers, (pair.due, a, b))
+                    self._set_timer(pair.due, (a, b))
         elif kind == "c":
             if text is None:
                 self.chosen.pop((a, b), None)
@@ -196,7 +224,7 @@ class Delivery:
             dwell, exit_dwell = options.dwell_ms, options.exit_dwell_ms
             reason = reasons.get(key, cause.reason)
             if sustain.step(pair, holds, gone, cause.ts, reason, dwell, exit_dwell):
-                heapq.heappush(self._timers, (pair.due, sid, pid))
+                self._set_timer(pair.due, key)
             pair.holds = holds
             group = sub.record.options.group if sub is not None else None
             for g in (group, pair.group, old_group if sid == cid else None):
@@ -221,52 +249,55 @@ class Delivery:
         version, valid_to = prof.version, prof.record.valid_to
         pairs, by_sub, dirty, served = self.pairs, self.by_sub, self._dirty, self.served
         told: list[tuple[str, Held, Pair]] = []  # the pairs delivered now
-        groups: dict[str, list[tuple[str, Held, Pair]]] = {}  # group -> members on
+        groups: dict[str, list[tuple[str, Held, str]]] = {}  # group -> members on, reasons
         for _, reason, sub, _ in raw:
             record = sub.record
             sid, options = record.id, record.options
             if options.dwell_ms:
                 due = ts + options.dwell_ms
-                pair = Pair(PENDING, due, reason, True, True)
-                heapq.heappush(self._timers, (due, sid, pid))
+                pairs[sid, pid] = Pair(PENDING, due, reason, True, True)
+                self._set_timer(due, (sid, pid))
             elif options.group is None:
-                sent = (version, min(record.valid_to, valid_to))
-                pair = Pair(ON, None, reason, True, True, True, None, sent)
+                until = record.valid_to
+                sent = (version, until if until < valid_to else valid_to)
+                pair = pairs[sid, pid] = Pair(ON, None, reason, True, True, True, None, sent)
                 told.append((sid, sub, pair))
-            else:
-                pair = Pair(ON, None, reason, True, True)
+            else:  # (its Pair below, once its group has chosen)
                 members = groups.get(options.group)
                 if members is None:
-                    groups[options.group] = [(sid, sub, pair)]
+                    groups[options.group] = [(sid, sub, reason)]
                 else:
-                    members.append((sid, sub, pair))
-            pairs[sid, pid] = pair
+                    members.append((sid, sub, reason))
             others = by_sub.get(sid)
             if others is None:
                 by_sub[sid] = {pid}
             else:
                 others.add(pid)
-            dirty.add(("p", sid, pid))
         if raw:
             self.by_prof[pid] = {sub.record.id for _, _, sub, _ in raw}
+            dirty.add(("P", pid, ""))  # (each of its pairs: `drain_changes`)
         for group, members in groups.items():
             policy = members[0][1].record.options
-            taken = members
             if len(members) > policy.k:
                 by_id = {member[0]: member for member in members}
                 options = {sid: sub.record.options for sid, sub, _ in members}
                 counts = {sid: served.get((group, sid), 0) for sid in by_id}
                 order = ranked(policy, by_id, prof.record.profile, options.__getitem__, counts)
-                taken = [by_id[sid] for sid in order[: policy.k]]
-            chosen = self.chosen[group, pid] = set()
+                taken = {sid: by_id[sid] for sid in order[: policy.k]}
+                for sid, _, reason in members:
+                    if sid not in taken:
+                        pairs[sid, pid] = Pair(ON, None, reason, True, True)
+                members = list(taken.values())
+            self.chosen[group, pid] = {sid for sid, _, _ in members}
             dirty.add(("c", group, pid))
-            for sid, sub, pair in taken:
-                chosen.add(sid)
-                served[group, sid] = served.get((group, sid), 0) + 1
+            for sid, sub, reason in members:
+                member = (group, sid)
+                served[member] = served.get(member, 0) + 1
                 dirty.add(("n", group, sid))
                 until = sub.record.valid_to
-                pair.told, pair.group, pair.sent = True, group, (version, min(until, valid_to))
-            told += taken
+                sent = (version, until if until < valid_to else valid_to)
+                pair = pairs[sid, pid] = Pair(ON, None, reason, True, True, True, group, sent)
+                told.append((sid, sub, pair))
         told.sort(key=_FIRST)
         return [emit("match", pair.reason, sub, prof, ts) for _, sub, pair in told]
 
@@ -276,45 +307,45 @@ class Delivery:
         """The timers due at the earliest due time (which must be below `until`): one
         step at that time. Returns the records."""
         t = self.next_due()
-        timers, pairs = self._timers, self.pairs
-        fired: list[Key] = []
+        heapq.heappop(self._timers)
+        pairs = self.pairs
+        fired: list[tuple[Key, Pair]] = []
         grouped = False
-        while t is not None and timers and timers[0][0] == t:
-            due, sid, pid = heapq.heappop(timers)
-            pair = pairs.get((sid, pid))
-            if pair is None or pair.due != due or pair.phase not in (PENDING, LEAVING):
-                continue
+        for key in self._due.pop(t):
+            pair = pairs.get(key)
+            if pair is None or pair.due != t or pair.phase not in _TIMED:
+                continue  # (a dead timer, or a key set twice: fired already)
             sustain.fire(pair)
-            fired.append((sid, pid))
+            fired.append((key, pair))
             grouped = (
-                grouped or pair.group is not None or subs[sid].record.options.group is not None
+                grouped or pair.group is not None or subs[key[0]].record.options.group is not None
             )
         if not grouped:
             return self._fired_alone(t, fired, subs, profiles, emit)
         groups = set()
-        for sid, pid in fired:
+        for (sid, pid), _ in fired:
             for g in (subs[sid].record.options.group, pairs[sid, pid].group):
                 if g is not None:
                     groups.add((pid, g))
         cause = Cause("timer", None, None, "", t)
-        return self._settle(cause, set(fired), groups, subs, profiles, emit)
+        return self._settle(cause, {key for key, _ in fired}, groups, subs, profiles, emit)
 
     def _fired_alone(
         self,
         t: int,
-        fired: list[Key],
+        fired: list[tuple[Key, Pair]],
         subs: Mapping[str, Held],
         profiles: Mapping[str, Held],
         emit: Emit,
     ) -> list[Any]:
-        """`_settle` for a timer step whose pairs are in no group: a pair that became
-        on is sent `match`, one that went off `unmatch`, each with the reason its
-        timer kept (§4, §6). O(p log p) for p pairs."""
+        """`_settle` for a timer step whose pairs (`fired`: each key and pair) are in no
+        group: a pair that became on is sent `match`, one that went off `unmatch`, each
+        with the reason its timer kept (§4, §6). O(p log p) for p pairs."""
         out = []
-        pairs, dirty = self.pairs, self._dirty
-        for key in sorted(fired):
+        dirty = self._dirty
+        fired.sort(key=_FIRST)
+        for key, pair in fired:
             sid, pid = key
-            pair = pairs[key]
             sub, prof = subs[sid], profiles[pid]
             if pair.phase == ON:
                 if not pair.told:

@@ -265,6 +265,22 @@ def _without_hosted(state: Attributes) -> Attributes:
     return state
 
 
+# -- format 7: delivery timers per due time ------------------------------------------
+
+
+@upgrade("matcher.delivery.layer", "Delivery", before=7)
+def _timers_per_due_time(state: Attributes) -> Attributes:
+    """A delivery state of a snapshot from before timers kept per due time holds a
+    heap of `(due, subscription id, profile id)`, one a pair: now a heap of the due
+    times and the pairs due at each (`Delivery._due`)."""
+    due_at: dict[int, list[tuple[str, str]]] = {}
+    for due, sid, pid in state["_timers"]:
+        due_at.setdefault(due, []).append((sid, pid))
+    state["_timers"] = sorted(due_at)  # (a sorted list is a heap)
+    state["_due"] = due_at
+    return state
+
+
 # -- every format ----------------------------------------------------------------
 
 # An upgrade registered `before=EVERY_FORMAT` applies to snapshots of the current
