@@ -50,6 +50,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from benchmarks.kafka_reads import read_back
 from benchmarks.report import RESULTS_DIR, update_section
 from benchmarks.workloads import SPAN, VEHICLE_KINDS
 
@@ -413,32 +414,6 @@ def _soak(plan, stream, producer, job, bootstrap, batches_path, start, shift_ms)
     )
 
 
-def _read_back(bootstrap: str, topic: str) -> list[tuple[int, int, bytes, int]]:
-    """Every record of `topic`: (partition, offset, value, timestamp), in offset order."""
-    from confluent_kafka import Consumer, TopicPartition
-
-    from connectors.config import confluent_config
-
-    consumer = Consumer(confluent_config(bootstrap, required={"group.id": f"rb-{time.time()}"}))
-    out: list[tuple[int, int, bytes, int]] = []
-    try:
-        partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
-        for partition in sorted(partitions):
-            low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), 10)
-            if high <= low:
-                continue
-            consumer.assign([TopicPartition(topic, partition, low)])
-            done = False
-            while not done:
-                for m in consumer.consume(5000, timeout=1.0):
-                    if m.error() is None:
-                        out.append((partition, m.offset(), m.value() or b"", m.timestamp()[1]))
-                        done = m.offset() >= high - 1
-        return out
-    finally:
-        consumer.close()
-
-
 def _replay(bootstrap: str, plan: Plan) -> set[tuple[str, str, str]]:
     """The engine's `match` records (what `tsm replay` makes) on everything the input
     topics hold, in one batch."""
@@ -449,7 +424,7 @@ def _replay(bootstrap: str, plan: Plan) -> set[tuple[str, str, str]]:
     items = [
         Input(kind, value, Source(topic, partition, offset), stamp)
         for kind, topic in (("subscription", "soak.subscriptions"), ("profile", "soak.profiles"))
-        for partition, offset, value, stamp in _read_back(bootstrap, topic)
+        for partition, offset, value, stamp in read_back(bootstrap, topic)
     ]
     engine = Engine(lateness_ms=plan.lateness_ms)
     return {
@@ -633,14 +608,17 @@ Mean of the second quarter of the run against the last (flat: within 10%):
 
 
 def main(
-    *, minutes: float, subscriptions: int, rate: float, json_path: Path | None, command: str
+    *,
+    minutes: float,
+    subscriptions: int,
+    rate: float,
+    lifetime_s: float | None,
+    json_path: Path | None,
+    command: str,
 ) -> int:
-    plan = Plan(
-        minutes=minutes,
-        subscriptions=subscriptions,
-        rate=rate,
-        lifetime_s=max(60.0, min(600.0, minutes * 60 / 2)),
-    )
+    if lifetime_s is None:
+        lifetime_s = max(60.0, min(600.0, minutes * 60 / 2))
+    plan = Plan(minutes=minutes, subscriptions=subscriptions, rate=rate, lifetime_s=lifetime_s)
     json_path = json_path or RESULTS_DIR / "soak.json"
     with tempfile.TemporaryDirectory(prefix="tsm-soak-") as work:
         result = run(plan, Path(work))

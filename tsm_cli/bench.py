@@ -55,9 +55,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "The string workloads (topics, regex, xpath) run against a loop over compiled "
         "patterns (and a plain topic trie) instead. "
         "`pipeline`: the job against no-op pipelines and Spark's stream-stream join. "
+        "`routing`, `mobility`: the network's strategies and moves, simulated. "
+        "`soak`: the job on a local cluster for an hour. `hops`: produce-to-match "
+        "latency across the links of a live three-site network against one site's. "
         f"Results go to {RESULTS_DIR}/ unless --json or --write-docs say otherwise.",
     )
-    bench.add_argument("target", choices=("matcher", "pipeline", "routing", "mobility", "soak"))
+    bench.add_argument(
+        "target", choices=("matcher", "pipeline", "routing", "mobility", "soak", "hops")
+    )
     bench.add_argument("--quick", action="store_true", help="small sizes, < 2 minutes")
     where = bench.add_mutually_exclusive_group()
     where.add_argument(
@@ -110,6 +115,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--subscriptions", type=int, default=100_000, metavar="N", help="live (100000)"
     )
     soak.add_argument("--rate", type=seconds, default=50.0, help="profiles a second (50)")
+    soak.add_argument(
+        "--lifetime",
+        type=seconds,
+        default=None,
+        metavar="SECONDS",
+        help="of a subscription, replaced as it expires (half the run, 60 to 600)",
+    )
     bench.set_defaults(handler=_bench)
 
 
@@ -188,9 +200,12 @@ def _bench(args: argparse.Namespace) -> int:
             minutes=args.minutes,
             subscriptions=args.subscriptions,
             rate=args.rate,
+            lifetime_s=args.lifetime,
             json_path=json_path,
             command=command,
         )
+    if args.target == "hops":
+        return module.main(quick=args.quick, json_path=json_path, command=command)
     if args.target == "pipeline":
         return module.main(quick=args.quick, json_path=json_path, sizes=args.sizes)
     if args.target == "mobility":
