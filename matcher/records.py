@@ -360,9 +360,11 @@ def _record(kind: str, obj: dict, source: Source, fallback_ts: int | None) -> Re
     return _subscribe(obj, space, ident, ts, valid_from, valid_to, source)
 
 
-@functools.lru_cache(maxsize=65536)
+@functools.lru_cache(maxsize=8192)
 def compile_where(where: str) -> tuple[Conjunction, ...]:
-    """The predicate of a `where` text; cached, as popular filters repeat."""
+    """The predicate of a `where` text; cached, as popular filters repeat. The cache
+    holds 8,192 texts, about 2 KB each: a stream of filters that never repeat (every
+    subscription its own box) fills it once and then keeps it at that size."""
     if len(where.encode()) > MAX_WHERE_BYTES:
         raise FilterError(f"'where' is longer than the limit of {MAX_WHERE_BYTES} bytes")
     return tuple(predicate_of(parse_where(where)))
