@@ -34,7 +34,6 @@ import json
 import logging
 import os
 import random
-import signal
 import statistics
 import subprocess
 import sys
@@ -46,6 +45,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from benchmarks.job_runs import log_tail, stop_job
 from benchmarks.kafka_reads import read_back
 from benchmarks.report import RESULTS_DIR, update_section
 
@@ -126,17 +126,7 @@ def _job(command: list[str], log_path: Path) -> Iterator[subprocess.Popen]:
     try:
         yield job
     finally:
-        if job.poll() is None:
-            os.killpg(job.pid, signal.SIGTERM)
-            try:
-                job.wait(120)
-            except subprocess.TimeoutExpired:
-                os.killpg(job.pid, signal.SIGKILL)
-                job.wait()
-
-
-def _tail(path: Path, lines: int = 20) -> str:
-    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+        stop_job(job)
 
 
 def _await_probe(bootstrap: str, job: subprocess.Popen, log_path: Path, plan: Plan) -> None:
@@ -146,14 +136,14 @@ def _await_probe(bootstrap: str, job: subprocess.Popen, log_path: Path, plan: Pl
     deadline = time.time() + plan.start_timeout_s
     while time.time() < deadline:
         if job.poll() is not None:
-            raise RuntimeError(f"the job stopped (status {job.returncode}):\n{_tail(log_path)}")
+            raise RuntimeError(f"the job stopped (status {job.returncode}):\n{log_tail(log_path)}")
         if any(
             b'"probe"' in v
             for v in consume_values(bootstrap, "tsm.matches", timeout=2, from_beginning=True)
         ):
             return
     raise RuntimeError(
-        f"no match for the probe in {plan.start_timeout_s:.0f} s:\n{_tail(log_path)}"
+        f"no match for the probe in {plan.start_timeout_s:.0f} s:\n{log_tail(log_path)}"
     )
 
 
@@ -214,7 +204,7 @@ def _run(
         produced, measured_from = _feed(producers, plan)
         time.sleep(plan.drain_s)  # (the last profiles' records reach every site)
         if job.poll() is not None:
-            raise RuntimeError(f"the job stopped (status {job.returncode}):\n{_tail(log_path)}")
+            raise RuntimeError(f"the job stopped (status {job.returncode}):\n{log_tail(log_path)}")
     return _latencies(name, bootstraps, produced, int(measured_from * 1000))
 
 

@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import random
 import signal
 import statistics
@@ -50,6 +49,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from benchmarks.job_runs import log_tail, stop_job
 from benchmarks.kafka_reads import read_back
 from benchmarks.report import RESULTS_DIR, update_section
 from benchmarks.workloads import SPAN, VEHICLE_KINDS
@@ -243,15 +243,6 @@ def _rss_mb(processes: list[Any]) -> float:
     return round(total / 2**20, 1)
 
 
-def _tail(path: Path, lines: int = 20) -> str:
-    """The last lines of the job's stderr that are not batch lines (its errors)."""
-    try:
-        text = path.read_text(errors="replace").splitlines()
-    except OSError:
-        return ""
-    return "\n".join([line for line in text if not line.startswith("{")][-lines:])
-
-
 class BatchLog:
     """The job's batch log as it grows: each batch line with the time it appeared
     (`at`, seconds since the stream started; read every 50 ms or so)."""
@@ -336,7 +327,7 @@ def run(plan: Plan, work: Path) -> dict[str, Any]:
             loaded = BatchLog(batches_path, start)
             while not loaded.read():
                 if job.poll() is not None or time.time() > start + 1800:
-                    raise RuntimeError(f"the job did not start:\n{_tail(batches_path)}")
+                    raise RuntimeError(f"the job did not start:\n{log_tail(batches_path)}")
                 time.sleep(1)
             log.info("the job read the live subscriptions in %.0f s", time.time() - start)
             # Event time goes on from the preload's: the stream's `ts` is the wall clock
@@ -346,13 +337,7 @@ def run(plan: Plan, work: Path) -> dict[str, Any]:
             shift_ms = int((loaded_at - start) * 1000)
             return _soak(plan, stream, producer, job, bootstrap, batches_path, loaded_at, shift_ms)
         finally:
-            if job.poll() is None:
-                job.send_signal(signal.SIGTERM)
-                try:
-                    job.wait(120)
-                except subprocess.TimeoutExpired:
-                    os.killpg(job.pid, signal.SIGKILL)
-                    job.wait()
+            stop_job(job)
 
 
 def _soak(plan, stream, producer, job, bootstrap, batches_path, start, shift_ms) -> dict[str, Any]:
@@ -368,7 +353,9 @@ def _soak(plan, stream, producer, job, bootstrap, batches_path, start, shift_ms)
     last = start
     while time.time() < end:
         if job.poll() is not None:
-            raise RuntimeError(f"the job stopped (status {job.returncode}):\n{_tail(batches_path)}")
+            raise RuntimeError(
+                f"the job stopped (status {job.returncode}):\n{log_tail(batches_path)}"
+            )
         now = time.time()
         now_ms = int(now * 1000) - shift_ms  # (event time)
         renew_debt += renew_per_s * (now - last)
@@ -399,7 +386,7 @@ def _soak(plan, stream, producer, job, bootstrap, batches_path, start, shift_ms)
             break
         time.sleep(2)
     if job.poll() is not None:
-        raise RuntimeError(f"the job stopped (status {job.returncode}):\n{_tail(batches_path)}")
+        raise RuntimeError(f"the job stopped (status {job.returncode}):\n{log_tail(batches_path)}")
     drained_after = time.time() - stream_end
     time.sleep(10)  # (the last batch's records reach the reader)
     batch_log.read()
