@@ -23,6 +23,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -163,7 +164,9 @@ def main(
     folders = [results or DEFAULT_RESULTS] + ([DOCS] if docs else [])
     rows: list[dict[str, Any]] = []
     started = time.perf_counter()
-    started_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    # (to the microsecond: it tells this run's entry from earlier runs', and two
+    # short parts may start within one second)
+    started_at = datetime.now(UTC).isoformat(timespec="microseconds")
     commit = _commit()  # (the code that runs: taken now, not when it ends)
     for kind in plan.workloads:
         subs, profiles = generate(kind, SEED, plan.subscriptions, plan.profiles)
