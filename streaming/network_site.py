@@ -188,8 +188,11 @@ class SiteJob:
             self._read_link(neighbour, sorted(links[neighbour], key=lambda r: r.offset))
         if self.batches == 1 and self.net.routing == "flooding":
             out.interest.append(WANT_ALL)
-        self._write_links(out)
+        self._write_links(self._run(out), out)
         self._match(out)
+        # (what the matching made for members at other sites, and the `delivered`
+        # watermark it reached, go out in this step: no later batch may come to send them)
+        self._write_links(self.site.member_planes_out(), out)
         out.done = self.done
         return out
 
@@ -306,8 +309,11 @@ class SiteJob:
                 self.site.deliver(neighbour, _plane(message), [message], NEVER)
         self.applied[neighbour] = last
 
-    def _write_links(self, out: StepOutput) -> None:
-        made = self._run(out)
+    def _write_links(
+        self, made: dict[tuple[str, str], tuple[list[Any], float]], out: StepOutput
+    ) -> None:
+        """Number what goes to each neighbour, per plane, and its watermark, onto the
+        neighbour's link (interest for quenching producers to the interest topic)."""
         # (asks and handovers first: a neighbour that has read a plane's end has read
         # every handover sent before it, and relayed it, before it is done)
         planes = sorted(made.items(), key=lambda kv: kv[0][1] not in MOVE_PLANES)

@@ -533,8 +533,13 @@ class Site:
                 out[stage.neighbour, stage.plane] = (stage.outbox, stage.done)
                 stage.outbox = []
         out.update(self.desk.out())
-        out.update(self.members.out({"member": self.stage.wm, "delivered": self.delivered_wm}))
+        out.update(self.member_planes_out())
         return out
+
+    def member_planes_out(self) -> dict[tuple[str, str], tuple[list[Message], float]]:
+        """What goes out on the planes `member` and `delivered` now: the records relayed
+        and made so far, and each plane's watermark (see `MemberDesk.out`)."""
+        return self.members.out({"member": self.stage.wm, "delivered": self.delivered_wm})
 
     def _run_local(self) -> None:
         """The site's own records, asks and moves as far as they may go; the items they
