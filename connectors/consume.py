@@ -1,4 +1,4 @@
-"""Read a topic's record values until a count or a quiet period, for people and scripts.
+"""Read a topic's records until a count or a quiet period, for people and scripts.
 
 The consumer is closed in `finally`: noida-db never evicts a consumer that
 vanished without leaving its group, and an idle open consumer makes it spin
@@ -21,7 +21,13 @@ from connectors.config import confluent_config
 JOIN_WAIT = 10.0
 
 
-def consume_values(
+def consume_values(bootstrap: str, topic: str, **how: Any) -> Iterator[bytes]:
+    """Yield record values of `topic`: those of `consume_records`, given the same
+    keyword arguments."""
+    return (value for _key, value in consume_records(bootstrap, topic, **how))
+
+
+def consume_records(
     bootstrap: str,
     topic: str,
     *,
@@ -31,8 +37,9 @@ def consume_values(
     read_committed: bool = False,
     group: str | None = None,
     options: Mapping[str, str] | None = None,
-) -> Iterator[bytes]:
-    """Yield record values of `topic` in arrival order, per partition in offset order.
+) -> Iterator[tuple[bytes | None, bytes]]:
+    """Yield the key and value of `topic`'s records in arrival order, per partition in
+    offset order.
 
     Stops after `max_records` values, or when nothing new arrived for
     `timeout` seconds since the partitions were assigned. `from_beginning`
@@ -80,7 +87,7 @@ def consume_values(
                     raise KafkaException(error)
                 count += 1
                 quiet_until = time.monotonic() + timeout
-                yield message.value() or b""
+                yield message.key(), message.value() or b""
     finally:
         consumer.close()
 
