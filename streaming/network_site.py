@@ -29,8 +29,8 @@ for the site's cluster; per neighbour, the link records (interest, adverts,
 profiles, asks and handovers) each plane made, then that plane's watermark,
 which also carries the largest ts its sender has heard of (`max_ts`): a site
 that reaches the end expires what it holds at the largest ts of the whole
-network's input (its moves' included), as one matcher does at the end of its
-input.
+network's input (every record's: moves', advertisements' and refused ones'
+included), as one matcher does at the end of its input.
 
 Moves (ROUTING §5, `matcher.routing.moves`): a client's `move` record on
 either clients' topic is decoded here and keyed `(ts, MOVES, position)`; the
@@ -250,10 +250,12 @@ class SiteJob:
                 continue
             handle = [base64.b64encode(raw).decode(), row.topic, row.partition, row.offset]
             position = (self.index, row.partition, row.offset)
+            # (the end is the input's largest ts: every record's, as one matcher's
+            # watermark counts each record it reads, advertisements, moves and records
+            # refused here included)
+            self.max_ts = max(self.max_ts, record.ts)
             if isinstance(record, Move):
                 key = move_key(record.ts, kind, position)
-                # (the old site evicts at a move: the end is the largest ts, moves' too)
-                self.max_ts = max(self.max_ts, record.ts)
             else:
                 key = record_key(record.ts, kind, position)
             self.pending.append((key, record, handle))
@@ -280,15 +282,13 @@ class SiteJob:
     def _run(self, out: StepOutput) -> dict[tuple[str, str], tuple[list[Any], float]]:
         """The site's stages run; what they send each neighbour. The site's own records
         are taken there (in key order with the asks and moves): its refusals become
-        dead letters, and what it let through counts toward the largest ts."""
+        dead letters."""
         made = self.site.run()
         local = self.site.local
         for handle, reason in local.refused:
             out.dead_letters.append((None, _letter(handle, reason)))
         local.refused.clear()
-        if local.accepted:
-            self.max_ts = max(self.max_ts, local.max_ts)
-            local.accepted.clear()
+        local.accepted.clear()  # (kept by the offline network's report; not needed here)
         return made
 
     def _read_link(self, neighbour: str, rows: list[KafkaRow]) -> None:

@@ -170,12 +170,14 @@ def one_matcher(subs: list[dict], profiles: list[dict], until: int | None = None
     engine = Engine()
     out = engine.process_batch(items)
     # (time passes with the moves too: the end's watermark is the input's largest ts)
-    out += engine.advance(until if until is not None else last_move(subs + profiles))
+    out += engine.advance(until if until is not None else largest_ts(subs + profiles))
     return [o.value for o in out if o.topic == "matches"]
 
 
-def last_move(records: list[dict]) -> int:
-    return max([oracle.to_ms(r["ts"]) for r in records if r["op"] == "move"] or [0])
+def largest_ts(records: list[dict]) -> int:
+    """The input's largest ts: every record's, moves' and advertisements' too, as one
+    matcher's watermark counts each record it reads."""
+    return max([oracle.to_ms(r["ts"]) for r in records] or [0])
 
 
 def by_space(records: list[dict]) -> dict[str, list[bytes]]:
@@ -224,7 +226,7 @@ def assert_follows(net, subs, profiles, homes, delays=None):
     reference, _ = engine.process_batch(
         [(k, r, (0 if k == "subscription" else 1, i)) for k, r, i in lines]
     )
-    engine.mark = last_move(subs + profiles)
+    engine.mark = largest_ts(subs + profiles)
     reference += engine.process_batch([])[0]
     assert oracle.by_pair(expected) == oracle.by_pair(reference)
     return out

@@ -24,7 +24,6 @@ larger key, or when the watermark passes them (`release`).
 from __future__ import annotations
 
 import heapq
-import math
 from collections.abc import Callable
 from typing import Any
 
@@ -134,11 +133,6 @@ class LocalSource:
                 if held is not None and held[0] == version:
                     del self._profiles[space, ident]
                     self._emit_adverts(key, space, self._ads(space).end(ident))
-
-    @property
-    def max_ts(self) -> float:
-        """The largest ts of the subscriptions and profiles let through."""
-        return self.accepted[-1][1].ts if self.accepted else -math.inf
 
     def held_subs(self) -> list[Subscribe]:
         """Every subscription held here (not relayed), by (space, id). O(n log n)."""

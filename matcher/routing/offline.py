@@ -30,7 +30,6 @@ from typing import Any
 
 from matcher.routing import wire
 from matcher.routing.cover_set import Boxes
-from matcher.routing.moves import Move
 from matcher.routing.network import Network
 from matcher.routing.order import Key
 from matcher.routing.site import Site
@@ -205,9 +204,9 @@ class OfflineNetwork:
                 at = max(at, arrivals.get((direction, plane), 0.0))
                 arrivals[direction, plane] = at
                 push(at, "link", (direction, plane, blobs, wm))
-        # (the whole input's largest ts: its moves' too, as the old sites evict at them)
-        moves = [k.ts for recs in inputs.values() for k, rec, _ in recs if isinstance(rec, Move)]
-        end_ts = max([site.local.max_ts for site in sites.values()] + moves)
+        # (the whole input's largest ts: every record's, as one matcher's watermark counts
+        # each record it reads, advertisements, moves and refused records included)
+        end_ts = max((k.ts for recs in inputs.values() for k, _, _ in recs), default=-math.inf)
         for site in sites.values():
             if site.stage.pending:  # (a handover that never came: a bug, not a result)
                 raise RuntimeError(f"site {site.name}: {site.stage.pending} records never taken")
