@@ -53,7 +53,7 @@ from tests.test_routing_equivalence import (
     quenching,
     trees,
 )
-from tests.test_routing_moves import advertise_everything, assert_each_follows, mobile
+from tests.test_routing_moves import advertise_everything, assert_each_follows, largest_ts, mobile
 from tests.test_routing_moves import one_matcher as one_matcher_without_moves
 
 # half the routing property's examples: each runs every site's step many times
@@ -286,8 +286,8 @@ def test_streaming_sites_equal_one_matcher(data, tree, routing, seed):
     written = run_network(net, subs, sent, random.Random(seed), live_until)
     # (one matcher's watermark counts every record of its input, those the network
     # refuses and the advertisements too: at the end it passes the largest ts of them all)
-    end = max((oracle.to_ms(r["ts"]) for r in subs + sent), default=0)
-    expected = one_matcher(subs, profiles, live_until if live_until is not None else end)
+    end = live_until if live_until is not None else largest_ts(subs + sent)
+    expected = one_matcher(subs, profiles, end)
     assert len(set(expected)) == len(expected)
     assert sorted(set(written.all_matches())) == sorted(expected)
     if live_until is None and not with_adverts:
