@@ -246,3 +246,30 @@ def test_the_index_past_the_budget_is_not_built():
         df, points = _siena_like(300)
         df.match_profiles_grouped(points, [(0, OPEN)] * len(points))
         assert preloader.peek(df).index is None
+
+
+def test_two_sided_ranges_at_the_edges_of_their_sure_part():
+    """Two-sided ranges of many close widths (one list each width class, whose
+    sure part is cut at the narrowest width below the value) and points on and
+    next to their bounds, in whole numbers, tenths and large magnitudes: the
+    index answers as the oracle and the forest do."""
+    rng = np.random.default_rng(5)
+    held = {}
+    for ident in range(300):
+        scale = (1.0, 0.1, 1e12)[ident % 3]
+        low = float(rng.integers(0, 200)) * scale
+        width = float(rng.integers(40, 130)) * scale
+        held[ident] = ([[Atom("x", "between", (low, low + width))]], False)
+    edges = sorted({v for dnf, _ in held.values() for v in dnf[0][0].value})
+    nudged = [np.nextafter(v, side) for v in edges for side in (-np.inf, np.inf)]
+    points = [{"x": float(v)} for v in edges + nudged]
+    with index_only():
+        df = DoubleForest()
+        for ident, (dnf, covers) in held.items():
+            df.add_subscription(ident, predicate_of(dnf), covers, 0, OPEN)
+        for at in range(0, len(points), 200):
+            _probe(df, held, points[at : at + 200])
+        got = df.match_profiles_grouped([_profile(a) for a in points], [(0, OPEN)] * len(points))
+    with layouts.preload(False):
+        want = df.match_profiles_grouped([_profile(a) for a in points], [(0, OPEN)] * len(points))
+    assert [sorted(g.tolist()) for g in got] == [sorted(w.tolist()) for w in want]

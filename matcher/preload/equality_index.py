@@ -14,15 +14,17 @@ each node of the forest sits in one *list*, chosen by its box:
   column and the form of its range there (a low bound only, a high bound
   only, or both, by the binary order of magnitude of its width), sorted by
   the bound: a profile's value cuts such a list to the members whose bound
-  it passes (or, for both bounds, whose low bound lies in `[value - widest,
-  value]`) by two binary searches;
+  it passes by two binary searches (or, for both bounds, to those whose low
+  bound lies in `[value - widest, value]`; of these, the ones whose low bound
+  is within the list's narrowest width of the value hold, a third search
+  finds them, and only the others' high bound is tested);
 - a node that constrains nothing is in a list that every profile reads.
 
 The members a profile's lists give are then tested, in a few vector passes
 over all the batch's candidates: the bounds of the columns their key does
 not settle (a missing attribute fails them), and the exact test where a box
 is only a necessary condition. Members that need neither (a value alone, a
-one-sided range alone) have lists of their own, whose runs are answers as
+range alone) have lists of their own, whose runs are answers as
 they are. So a point profile costs what its candidates cost, not what the
 held subscriptions do.
 
@@ -50,7 +52,8 @@ REBUILD_SHARE = 8  # the added part is merged once it holds an eighth of the mai
 MIN_ADDED = 2048  # ... and at least this many nodes
 DEAD_SHARE = 4  # a part is rebuilt once a quarter of its members are dead
 MAX_PAIR_KEYS = 256  # column pairs a profile's values are looked up by, at most
-WIDTH_CLASSES = 64  # ranges grouped by the binary exponent of their width
+WIDTH_STEPS = 2  # two-sided ranges grouped by width: classes per binary order ...
+WIDTH_CLASSES = 128  # ... and classes in all
 _EXPONENT_LOW = -30  # (exponents below this share the lowest class)
 
 # (query, node) -> (overlaps, covers): the exact test for boxes that are not exact
@@ -127,6 +130,26 @@ class EqualityIndex:
         assert (np.sort(listed) == _live_nodes(forest)).all(), "listed nodes are not the live ones"
 
 
+_NO_RUNS = (np.zeros(0, dtype=np.int64),) * 4
+
+
+def _width_class(width: np.ndarray) -> np.ndarray:
+    """The class of two-sided ranges' widths: WIDTH_STEPS classes per binary
+    order of magnitude (so a class's narrowest is most of its widest)."""
+    with np.errstate(all="ignore"):
+        mantissa, exponent = np.frexp(np.minimum(width, MAX))
+    step = np.clip(((mantissa - 0.5) * 2 * WIDTH_STEPS).astype(np.int64), 0, WIDTH_STEPS - 1)
+    return np.clip((exponent - _EXPONENT_LOW) * WIDTH_STEPS + step, 0, WIDTH_CLASSES - 1)
+
+
+def _sure_low(value: np.ndarray, narrowest: np.ndarray) -> np.ndarray:
+    """A low bound at or above which a range at least `narrowest` wide holds
+    `value`: value - narrowest, raised past the rounding of the subtraction
+    and of the widths (a few units in the last place)."""
+    with np.errstate(all="ignore"):
+        return (value - narrowest) + (np.abs(value) + narrowest) * 2.0**-50
+
+
 def _live_nodes(forest: Forest) -> Ids:
     return np.flatnonzero(forest.entries.count[: len(forest.keys)] > 0).astype(np.int64)
 
@@ -192,6 +215,8 @@ class _Part:
         ranged = np.flatnonzero(~has_point & constrained.any(axis=0))
         key[~has_point] = self.always_key
         sort = np.zeros(n)
+        bound_col = np.full(n, columns, dtype=np.int64)  # (the dummy column: no bound)
+        bound_hi = np.full(n, np.inf)
         if len(ranged):
             r_lo, r_hi = lo[:, ranged], hi[:, ranged]
             # (the spread of each column's finite bounds: what a range passes a share of)
@@ -213,14 +238,15 @@ class _Part:
             c_lo, c_hi = r_lo[column, np.arange(len(ranged))], r_hi[column, np.arange(len(ranged))]
             low_only = c_hi >= MAX  # (a column merely present: low-only, at -MAX)
             high_only = (c_lo <= -MAX) & ~low_only
-            with np.errstate(all="ignore"):
-                exponent = np.frexp(np.minimum(c_hi - c_lo, MAX))[1]
-            form = 2 + np.clip(exponent - _EXPONENT_LOW, 0, WIDTH_CLASSES - 1)
-            form = np.where(low_only, 0, np.where(high_only, 1, form))
+            form = np.where(low_only, 0, np.where(high_only, 1, 2 + _width_class(c_hi - c_lo)))
             key[ranged] = self.range_base + column * (2 + WIDTH_CLASSES) + form
             sort[ranged] = np.where(high_only, c_hi, c_lo)
-            one_sided = low_only | high_only
-            keyed[column[one_sided], ranged[one_sided]] = True
+            # the key column is settled by the list's cut, but for the high bound
+            # of a two-sided range near the cut's low end (tested apart, `match`)
+            keyed[column, ranged] = True
+            two_sided = ~(low_only | high_only)
+            bound_col[ranged[two_sided]] = column[two_sided]
+            bound_hi[ranged[two_sided]] = c_hi[two_sided]
         # a settled member holds for every profile that reaches it (no residual
         # test, no exact test): such members get lists of their own (even keys)
         settled = ~(constrained & ~keyed).any(axis=0) & ~forest.exact[nodes]
@@ -231,6 +257,7 @@ class _Part:
         self.alive = np.ones(n, dtype=bool)
         self.pos_of[self.node] = np.arange(n)
         self.exact = forest.exact[self.node]
+        self.bound_col, self.bound_hi = bound_col[order], bound_hi[order]
         # residual tests: the constrained columns a key does not settle
         residual = (constrained & ~keyed)[:, order]
         member, col = np.nonzero(residual.T)
@@ -257,15 +284,16 @@ class _Part:
         form_of = (self.list_key[ranges] // 2 - self.range_base) % (2 + WIDTH_CLASSES)
         self.range_column = (self.list_key[ranges] // 2 - self.range_base) // (2 + WIDTH_CLASSES)
         self.range_form = form_of
-        widest = np.zeros(len(ranges))
+        widest, narrowest = np.zeros(len(ranges)), np.zeros(len(ranges))
         for i, (start, end) in enumerate(
             zip(self.list_start[ranges].tolist(), self.list_end[ranges].tolist(), strict=True)
         ):
             if form_of[i] >= 2:
                 c = int(self.range_column[i])
                 members = self.node[start:end]
-                widest[i] = float(np.max(forest.hi[c, members] - forest.lo[c, members]))
-        self.range_widest = widest
+                width = forest.hi[c, members] - forest.lo[c, members]
+                widest[i], narrowest[i] = float(np.max(width)), float(np.min(width))
+        self.range_widest, self.range_narrowest = widest, narrowest
 
     def __len__(self) -> int:
         return len(self.node)
@@ -273,6 +301,7 @@ class _Part:
     @property
     def nbytes(self) -> int:
         arrays = (self.node, self.key, self.sort, self.alive, self.exact, self.tests)
+        arrays += (self.bound_col, self.bound_hi)
         tests = (self.res_col, self.res_lo, self.res_hi)
         return sum(a.nbytes for a in arrays + tests) + self.pos_of.nbytes
 
@@ -327,7 +356,11 @@ class _Part:
         stops.append(self.list_end[at[ok]])
         owners.append(owner_at[ok])
         lists.append(at[ok])
-        # range lists: the run of members whose sort bound the value passes
+        # range lists: the run of members whose sort bound the value passes; of
+        # a two-sided form's run, those whose low bound is within the narrowest
+        # width of the value pass the high bound too, the others are tested
+        flat = np.concatenate([values, np.zeros((1, n_queries))]).ravel()
+        uncertain = _NO_RUNS
         if len(self.range_lists):
             ranged, asking = np.nonzero(present[self.range_column])
             value = values[self.range_column[ranged], asking]
@@ -339,7 +372,19 @@ class _Part:
             begin, end = self.list_start[which], self.list_end[which]
             first = segments.search(self.sort, begin, end, low, right=False)
             last = segments.search(self.sort, first, end, high, right=True)
-            starts.append(first)
+            sure_from = first
+            two = np.flatnonzero(form >= 2)
+            if len(two):
+                sure_from = first.copy()
+                sure_from[two] = segments.search(
+                    self.sort,
+                    first[two],
+                    last[two],
+                    _sure_low(value[two], self.range_narrowest[ranged[two]]),
+                    right=False,
+                )
+                uncertain = (first[two], sure_from[two] - first[two], asking[two], which[two])
+            starts.append(sure_from)
             stops.append(last)
             owners.append(asking)
             lists.append(which)
@@ -348,13 +393,25 @@ class _Part:
         settled = self.list_settled[np.concatenate(lists)]
         sure = self._runs(start[settled], length[settled], owner[settled])
         positions, queries = self._runs(start[~settled], length[~settled], owner[~settled])
+        if len(uncertain[0]):
+            u_start, u_length, u_owner, u_list = uncertain
+            u_positions, u_queries = self._runs(u_start, u_length, u_owner)
+            v = flat[self.bound_col[u_positions] * n_queries + u_queries]
+            passed = self.bound_hi[u_positions] >= v
+            u_settled = np.repeat(self.list_settled[u_list], u_length)[passed]
+            u_positions, u_queries = u_positions[passed], u_queries[passed]
+            sure = (
+                np.concatenate([sure[0], u_positions[u_settled]]),
+                np.concatenate([sure[1], u_queries[u_settled]]),
+            )
+            positions = np.concatenate([positions, u_positions[~u_settled]])
+            queries = np.concatenate([queries, u_queries[~u_settled]])
         if self.dead:
             alive = self.alive[positions]
             positions, queries = positions[alive], queries[alive]
         # The residual bounds, a test slot at a time, on the members left. A
         # missing attribute's value is inf, above every constrained high bound
         # (at most MAX): the test of its column fails, so presence needs none.
-        flat = np.concatenate([values, np.zeros((1, n_queries))]).ravel()
         tests = self.tests[positions]
         for t in range(self.res_col.shape[0]):
             more = tests > t
