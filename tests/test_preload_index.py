@@ -273,3 +273,54 @@ def test_two_sided_ranges_at_the_edges_of_their_sure_part():
     with layouts.preload(False):
         want = df.match_profiles_grouped([_profile(a) for a in points], [(0, OPEN)] * len(points))
     assert [sorted(g.tolist()) for g in got] == [sorted(w.tolist()) for w in want]
+
+
+SIMPLE_STEPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("subscribe"), st.integers(0, 30), filters().map(lambda d: d[:1])),
+        st.tuples(st.just("share"), st.integers(0, 30), st.integers(0, 30)),
+        st.tuples(st.just("unsubscribe"), st.integers(0, 30)),
+        st.tuples(st.just("probe"), st.lists(profile_attrs(), min_size=1, max_size=12)),
+    ),
+    min_size=1,
+    max_size=50,
+)
+
+
+@settings(max_examples=60, deadline=None, print_blob=True)
+@given(SIMPLE_STEPS)
+def test_grouped_answers_from_the_index_keep_up_with_shared_nodes(steps):
+    """Subscriptions of one conjunction each, `overlaps` (the grouped answers
+    come from the index's entry runs), many of them on one node (a filter
+    subscribed again under another id) coming and going between probes: the
+    grouped answers are the oracle's, and the index holds each node's entries
+    as the forest does."""
+    with index_only():
+        df, held, slots = DoubleForest(), {}, {}
+
+        def subscribe(ident: int, dnf: list) -> None:
+            if ident in slots:
+                df.remove_subscription(slots.pop(ident))
+            slots[ident] = df.add_subscription(ident, predicate_of(dnf), False, 0, OPEN)
+            held[ident] = (dnf, False)
+
+        for step in steps:
+            if step[0] == "subscribe":
+                subscribe(step[1], step[2])
+            elif step[0] == "share" and step[2] in held:
+                subscribe(step[1], held[step[2]][0])
+            elif step[0] == "unsubscribe" and step[1] in slots:
+                df.remove_subscription(slots.pop(step[1]))
+                del held[step[1]]
+            elif step[0] == "probe":
+                batch = step[1]
+                want = [
+                    {i for i, (dnf, covers) in held.items() if _holds(dnf, covers, attrs)}
+                    for attrs in batch
+                ]
+                profiles = [_profile(a) for a in batch]
+                grouped = df.match_profiles_grouped(profiles, [(0, OPEN)] * len(profiles))
+                got = [{df.subs.handles[s] for s in g.tolist()} for g in grouped]
+                assert got == want
+                assert sum(map(len, grouped)) == sum(map(len, want)), "an answer twice"
+        df.check_invariants()

@@ -28,10 +28,15 @@ range alone) have lists of their own, whose runs are answers as
 they are. So a point profile costs what its candidates cost, not what the
 held subscriptions do.
 
+Each member keeps its node's entries (their subscription slots) beside it,
+in list order, so that a run of members that need no test is one run of
+entries to copy (`match_grouped`), not a gather per node.
+
 The index covers a set of nodes built at once (`_Part`); nodes added later
 wait in a small second part, rebuilt as they come, until it grows past a
 share of the first and both are built again from the forest. A removed node
-is marked dead where it is listed. Only point profiles are answered here:
+is marked dead where it is listed; a node whose entries change is marked
+dead and waits to be listed again. Only point profiles are answered here:
 for a point, a box that meets it also covers it (SEMANTICS §2), and an
 interval profile takes the forest.
 """
@@ -45,7 +50,7 @@ import numpy as np
 from matcher.boxes import MAX
 from matcher.forest import Forest
 from matcher.forest.arrays import Bounds, Ids, Mask
-from matcher.forest.list_store import run_positions
+from matcher.forest.list_store import ELEMENT, run_positions
 from matcher.preload import segments
 
 REBUILD_SHARE = 8  # the added part is merged once it holds an eighth of the main one ...
@@ -58,15 +63,20 @@ _EXPONENT_LOW = -30  # (exponents below this share the lowest class)
 
 # (query, node) -> (overlaps, covers): the exact test for boxes that are not exact
 ExactTest = Callable[[int, int], tuple[bool, bool]]
+# What a part finds: runs of members that need no test (start, length, query),
+# and the tested members that passed (position, query, covers)
+_Found = tuple[tuple[Ids, Ids, Ids], tuple[Ids, Ids, Mask]]
 
 
 class EqualityIndex:
     """The live nodes of a subscription forest, listed for point profiles.
 
     Invariant: every live node of the forest is in exactly one of `main`,
-    `added` (alive there) or `waiting`; a node removed is in none (dead where
-    it was listed). Built from the forest (O(nodes × columns + nodes log
-    nodes)); `node_added`/`node_removed` O(1); `match` as the module says."""
+    `added` (alive there, with the entries the forest holds on it) or
+    `waiting`; a node removed is in none (dead where it was listed). Built
+    from the forest (O(nodes × columns + nodes log nodes + entries));
+    `node_added` O(1), `node_removed`/`node_changed` O(the node's entries);
+    `match` as the module says."""
 
     def __init__(self, forest: Forest) -> None:
         self.main = _Part(forest, _live_nodes(forest))
@@ -82,12 +92,20 @@ class EqualityIndex:
         self.waiting.add(node)
 
     def node_removed(self, node: int) -> None:
-        """Note a node gone from the forest (its id may come back as another). O(1)."""
+        """Note a node gone from the forest (its id may come back as another).
+        O(its entries)."""
         if node in self.waiting:
             self.waiting.discard(node)
             return
         self.main.kill(node)
         self.added.kill(node)
+
+    def node_changed(self, node: int) -> None:
+        """Note an entry added to or removed from a live node: it is listed
+        again, with its entries, at the next query. O(its entries)."""
+        if node not in self.waiting:
+            self.node_removed(node)
+            self.waiting.add(node)
 
     def catch_up(self, forest: Forest) -> None:
         """List the waiting nodes: the added part built again with them, or both
@@ -121,13 +139,56 @@ class EqualityIndex:
             return empty, empty, np.zeros(0, dtype=bool)
         return tuple(np.concatenate([p[i] for p in parts]) for i in range(3))
 
+    def match_grouped(
+        self, forest: Forest, values: Bounds, present: Mask, exact: ExactTest
+    ) -> tuple[Ids, np.ndarray]:
+        """The entry values (subscription slots) of every node that holds for
+        the point profiles (as `match`), grouped by query: (how many each query
+        has, the values). Runs of members are copied as runs of their entries,
+        so the cost is that of `match` with no per-node gather of entries."""
+        self.catch_up(forest)
+        n_queries = values.shape[1]
+        parts = [p for p in (self.main, self.added) if len(p)]
+        if not parts:
+            return np.zeros(n_queries, dtype=np.int64), np.zeros(0, dtype=ELEMENT)
+        found = [p.entry_runs(values, present, exact) for p in parts]
+        offsets = np.cumsum([0] + [len(p.entry_value) for p in parts])
+        owner = np.concatenate([f[0] for f in found])
+        start = np.concatenate([f[1] + offset for f, offset in zip(found, offsets, strict=False)])
+        length = np.concatenate([f[2] for f in found])
+        order = np.argsort(owner.astype(np.int16) if n_queries < 2**15 else owner, kind="stable")
+        owner, start, length = owner[order], start[order], length[order]
+        positions = run_positions(start, length)
+        source = (
+            parts[0].entry_value
+            if len(parts) == 1
+            else np.concatenate([p.entry_value for p in parts])
+        )
+        if not any(p.dead for p in parts):
+            counts = np.bincount(owner, weights=length, minlength=n_queries).astype(np.int64)
+            return counts, np.take(source, positions)
+        alive = np.concatenate([p.entry_alive for p in parts])[positions]
+        owner = np.repeat(owner, length)[alive]
+        return np.bincount(owner, minlength=n_queries), np.take(source, positions[alive])
+
     def check(self, forest: Forest) -> None:
         """Assert that every live node is listed once, alive (the waiting ones
-        first), and no other node. O(nodes): for tests."""
+        first), with its entries as the forest holds them, and no other node.
+        O(nodes + entries): for tests."""
         self.catch_up(forest)
         listed = np.concatenate([self.main.live_nodes(), self.added.live_nodes()])
         assert len(np.unique(listed)) == len(listed), "a node listed twice"
         assert (np.sort(listed) == _live_nodes(forest)).all(), "listed nodes are not the live ones"
+        for part in (self.main, self.added):
+            for position in np.flatnonzero(part.alive).tolist():
+                a, b = part.entry_start[position], part.entry_start[position + 1]
+                held = forest.entries.gather_counts(
+                    part.node[position : position + 1], values=True
+                )[1]
+                assert part.entry_alive[a:b].all(), "a live member's entries marked dead"
+                assert sorted(part.entry_value[a:b].tolist()) == sorted(held.tolist()), (
+                    "a member's entries are not its node's"
+                )
 
 
 _NO_RUNS = (np.zeros(0, dtype=np.int64),) * 4
@@ -258,6 +319,10 @@ class _Part:
         self.pos_of[self.node] = np.arange(n)
         self.exact = forest.exact[self.node]
         self.bound_col, self.bound_hi = bound_col[order], bound_hi[order]
+        # the members' entry values (subscription slots), each member's a run
+        counts, self.entry_value = forest.entries.gather_counts(self.node, values=True)
+        self.entry_start = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        self.entry_alive = np.ones(len(self.entry_value), dtype=bool)
         # residual tests: the constrained columns a key does not settle
         residual = (constrained & ~keyed)[:, order]
         member, col = np.nonzero(residual.T)
@@ -301,25 +366,27 @@ class _Part:
     @property
     def nbytes(self) -> int:
         arrays = (self.node, self.key, self.sort, self.alive, self.exact, self.tests)
-        arrays += (self.bound_col, self.bound_hi)
+        arrays += (self.bound_col, self.bound_hi, self.entry_value, self.entry_start)
+        arrays += (self.entry_alive,)
         tests = (self.res_col, self.res_lo, self.res_hi)
         return sum(a.nbytes for a in arrays + tests) + self.pos_of.nbytes
 
     def kill(self, node: int) -> None:
-        """Mark a node's member dead, if it has one. O(1)."""
+        """Mark a node's member dead, and its entries, if it has one. O(its entries)."""
         if node < len(self.pos_of) and self.pos_of[node] >= 0:
-            self.alive[self.pos_of[node]] = False
+            position = self.pos_of[node]
+            self.alive[position] = False
+            self.entry_alive[self.entry_start[position] : self.entry_start[position + 1]] = False
             self.pos_of[node] = -1
             self.dead += 1
 
     def live_nodes(self) -> Ids:
         return self.node[self.alive]
 
-    def match(
-        self, forest: Forest, values: Bounds, present: Mask, exact: ExactTest
-    ) -> tuple[Ids, Ids, Mask]:
-        """(query, node, covers) of this part's live nodes that hold for the
-        point profiles (`EqualityIndex.match`)."""
+    def found(self, values: Bounds, present: Mask, exact: ExactTest) -> _Found:
+        """The members of this part that hold for the point profiles
+        (`EqualityIndex.match`): runs of members that need no test, and the
+        tested ones that passed; dead members left in the runs."""
         columns = self.columns
         n_queries = values.shape[1]
         values, present = values[:columns], present[:columns]
@@ -391,7 +458,7 @@ class _Part:
         start, stop, owner = map(np.concatenate, (starts, stops, owners))
         length = np.maximum(stop - start, 0)
         settled = self.list_settled[np.concatenate(lists)]
-        sure = self._runs(start[settled], length[settled], owner[settled])
+        sure = (start[settled], length[settled], owner[settled])
         positions, queries = self._runs(start[~settled], length[~settled], owner[~settled])
         if len(uncertain[0]):
             u_start, u_length, u_owner, u_list = uncertain
@@ -402,7 +469,8 @@ class _Part:
             u_positions, u_queries = u_positions[passed], u_queries[passed]
             sure = (
                 np.concatenate([sure[0], u_positions[u_settled]]),
-                np.concatenate([sure[1], u_queries[u_settled]]),
+                np.concatenate([sure[1], np.ones(int(u_settled.sum()), dtype=np.int64)]),
+                np.concatenate([sure[2], u_queries[u_settled]]),
             )
             positions = np.concatenate([positions, u_positions[~u_settled]])
             queries = np.concatenate([queries, u_queries[~u_settled]])
@@ -425,23 +493,40 @@ class _Part:
                 drop = np.ones(len(positions), dtype=bool)
                 drop[at[fail]] = False
                 positions, queries, tests = positions[drop], queries[drop], tests[drop]
-        nodes = self.node[positions]
-        covers = np.ones(len(nodes), dtype=bool)
+        covers = np.ones(len(positions), dtype=bool)
         inexact = np.flatnonzero(self.exact[positions])
         if len(inexact):
-            keep = np.ones(len(nodes), dtype=bool)
+            keep = np.ones(len(positions), dtype=bool)
             for i in inexact.tolist():
-                keep[i], covers[i] = exact(int(queries[i]), int(nodes[i]))
-            queries, nodes, covers = queries[keep], nodes[keep], covers[keep]
-        sure_positions, sure_queries = sure
+                keep[i], covers[i] = exact(int(queries[i]), int(self.node[positions[i]]))
+            positions, queries, covers = positions[keep], queries[keep], covers[keep]
+        return sure, (positions, queries, covers)
+
+    def match(
+        self, forest: Forest, values: Bounds, present: Mask, exact: ExactTest
+    ) -> tuple[Ids, Ids, Mask]:
+        """(query, node, covers) of this part's live nodes that hold for the
+        point profiles (`EqualityIndex.match`)."""
+        sure, (positions, queries, covers) = self.found(values, present, exact)
+        sure_positions, sure_queries = self._runs(*sure)
         if self.dead:
             alive = self.alive[sure_positions]
             sure_positions, sure_queries = sure_positions[alive], sure_queries[alive]
         return (
             np.concatenate([sure_queries, queries]),
-            np.concatenate([self.node[sure_positions], nodes]),
+            np.concatenate([self.node[sure_positions], self.node[positions]]),
             np.concatenate([np.ones(len(sure_positions), dtype=bool), covers]),
         )
+
+    def entry_runs(self, values: Bounds, present: Mask, exact: ExactTest) -> tuple[Ids, Ids, Ids]:
+        """The runs of `entry_value` that hold for the point profiles, as
+        (query, start, length): a run of members is one run of their entries.
+        Dead members' entries left in (`entry_alive` says which)."""
+        (start, length, owner), (positions, queries, _) = self.found(values, present, exact)
+        at = self.entry_start
+        first = np.concatenate([at[start], at[positions]])
+        stop = np.concatenate([at[start + length], at[positions + 1]])
+        return np.concatenate([owner, queries]), first, stop - first
 
     @staticmethod
     def _runs(start: Ids, length: Ids, owner: Ids) -> tuple[Ids, Ids]:
