@@ -264,11 +264,7 @@ def test_two_sided_ranges_at_the_edges_of_their_sure_part():
     nudged = [np.nextafter(v, side) for v in edges for side in (-np.inf, np.inf)]
     points = [{"x": float(v)} for v in edges + nudged]
     with index_only():
-        df = DoubleForest()
-        for ident, (dnf, covers) in held.items():
-            df.add_subscription(ident, predicate_of(dnf), covers, 0, OPEN)
-        for at in range(0, len(points), 200):
-            _probe(df, held, points[at : at + 200])
+        df = _probed(held, points, 200)
         got = df.match_profiles_grouped([_profile(a) for a in points], [(0, OPEN)] * len(points))
     with layouts.preload(False):
         want = df.match_profiles_grouped([_profile(a) for a in points], [(0, OPEN)] * len(points))
@@ -324,3 +320,38 @@ def test_grouped_answers_from_the_index_keep_up_with_shared_nodes(steps):
                 assert got == want
                 assert sum(map(len, grouped)) == sum(map(len, want)), "an answer twice"
         df.check_invariants()
+
+
+def test_every_bound_met_exactly():
+    """Filters of one to three numbers, each bounded (inclusive or strict, one
+    side or both) or equal at small whole values, and points on a grid of those
+    values (some attributes missing): every bound is met exactly by some point,
+    on key columns and tested ones alike; the index answers as the oracle."""
+    rng = np.random.default_rng(11)
+    ops = ("=", "<", "<=", ">", ">=", "between")
+    held = {}
+    for ident in range(400):
+        atoms = []
+        for attr in rng.choice(NUMBERS, size=int(rng.integers(1, 4)), replace=False).tolist():
+            op, v = ops[int(rng.integers(0, len(ops)))], int(rng.integers(0, 5))
+            atoms.append(Atom(attr, op, (v, v + int(rng.integers(0, 3))) if op == "between" else v))
+        held[ident] = ([atoms], False)
+    grid = [
+        {a: v for a, v in zip(NUMBERS, (x, y, z), strict=True) if v is not None}
+        for x in (None, 0, 1, 2, 3, 4, 5)
+        for y in (None, 0, 1, 2, 3, 4, 5)
+        for z in (None, 0, 2, 4)
+    ]
+    with index_only():
+        df = _probed(held, grid, 50)
+        assert df.preload_counts()["profiles_from_index"] >= len(grid)
+
+
+def _probed(held: dict, points: list[dict], batch: int) -> DoubleForest:
+    """A DoubleForest holding `held`, probed with `points` a batch at a time (`_probe`)."""
+    df = DoubleForest()
+    for ident, (dnf, covers) in held.items():
+        df.add_subscription(ident, predicate_of(dnf), covers, 0, OPEN)
+    for at in range(0, len(points), batch):
+        _probe(df, held, points[at : at + batch])
+    return df

@@ -477,22 +477,22 @@ class _Part:
         if self.dead:
             alive = self.alive[positions]
             positions, queries = positions[alive], queries[alive]
-        # The residual bounds, a test slot at a time, on the members left. A
-        # missing attribute's value is inf, above every constrained high bound
-        # (at most MAX): the test of its column fails, so presence needs none.
+        # The residual bounds, a test slot at a time, on the candidates still
+        # standing (`at`). A missing attribute's value is inf, above every
+        # constrained high bound (at most MAX): the test of its column fails, so
+        # presence needs none. A member's slots past its tests are the dummy
+        # column, which every value passes: no candidate needs to leave early.
         tests = self.tests[positions]
+        keep = tests == 0
+        at = np.flatnonzero(~keep)
         for t in range(self.res_col.shape[0]):
-            more = tests > t
-            if not more.any():
+            if not len(at) or t and t >= int(tests[at].max()):
                 break
-            at = np.flatnonzero(more)
             p = positions[at]
             v = flat[self.res_col[t, p] * n_queries + queries[at]]
-            fail = (self.res_lo[t, p] > v) | (v > self.res_hi[t, p])
-            if fail.any():
-                drop = np.ones(len(positions), dtype=bool)
-                drop[at[fail]] = False
-                positions, queries, tests = positions[drop], queries[drop], tests[drop]
+            at = at[(self.res_lo[t, p] <= v) & (v <= self.res_hi[t, p])]
+        keep[at] = True
+        positions, queries = positions[keep], queries[keep]
         covers = np.ones(len(positions), dtype=bool)
         inexact = np.flatnonzero(self.exact[positions])
         if len(inexact):
