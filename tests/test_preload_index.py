@@ -37,11 +37,14 @@ NUMBERS = ("x", "y", "z")
 def index_only(budget: int = 1 << 30) -> ExitStack:
     """Preloading on for any size, unmeasured, without a grid (the index's turn
     for every batch of points), and thresholds small enough that nodes wait,
-    merge and are rebuilt within a few steps."""
+    merge and are rebuilt within a few steps, and that values of a few members
+    list them by range too."""
     stack = ExitStack()
     stack.enter_context(layouts.preload(True, budget_bytes=budget))
     stack.enter_context(patch.object(preload_grid, "choose", return_value=None))
-    stack.enter_context(patch.multiple(equality_index, MIN_ADDED=3, REBUILD_SHARE=2, DEAD_SHARE=2))
+    stack.enter_context(
+        patch.multiple(equality_index, MIN_ADDED=3, REBUILD_SHARE=2, DEAD_SHARE=2, VALUE_SPLIT=2)
+    )
     return stack
 
 
@@ -355,3 +358,19 @@ def _probed(held: dict, points: list[dict], batch: int) -> DoubleForest:
     for at in range(0, len(points), batch):
         _probe(df, held, points[at : at + batch])
     return df
+
+
+def test_value_and_range_lists_answer_as_the_forest():
+    """Siena's filters of a symbol and a price (say) in a value list long
+    enough to be listed by range too: the index has such lists, and a batch of
+    points answers with them as the forest does."""
+    with index_only(), patch.object(equality_index, "VALUE_SPLIT", 16):
+        df, points = _siena_like(1500)
+        spans = [(0, OPEN)] * len(points)
+        got = df.match_profiles_grouped(points, spans)
+        index = preloader.peek(df).index
+        assert len(index.main.value_lists) > 10
+        assert df.preload_counts()["profiles_from_index"] == len(points)
+    with layouts.preload(False):
+        want = df.match_profiles_grouped(points, spans)
+    assert [sorted(g.tolist()) for g in got] == [sorted(w.tolist()) for w in want]

@@ -9,7 +9,10 @@ each node of the forest sits in one *list*, chosen by its box:
 - a node that constrains some columns to a point is listed under the (code
   of the) value of its most selective point column, or of its two most
   selective ones (a pair key): a point profile looks up each of its values,
-  and each pair of them, by one binary search of the list keys;
+  and each pair of them, by one binary search of the list keys; where a
+  value's list is long (VALUE_SPLIT), those of its members that constrain a
+  range too are listed under the value and a range, as below (a profile
+  reads the range lists under each of its values, of the columns it has);
 - a node without a point column is listed under its most selective range
   column and the form of its range there (a low bound only, a high bound
   only, or both, by the binary order of magnitude of its width), sorted by
@@ -57,6 +60,7 @@ REBUILD_SHARE = 8  # the added part is merged once it holds an eighth of the mai
 MIN_ADDED = 2048  # ... and at least this many nodes
 DEAD_SHARE = 4  # a part is rebuilt once a quarter of its members are dead
 MAX_PAIR_KEYS = 256  # column pairs a profile's values are looked up by, at most
+VALUE_SPLIT = 64  # a value's list this long lists its members with ranges by range too
 WIDTH_STEPS = 2  # two-sided ranges grouped by width: classes per binary order ...
 WIDTH_CLASSES = 128  # ... and classes in all
 _EXPONENT_LOW = -30  # (exponents below this share the lowest class)
@@ -278,36 +282,64 @@ class _Part:
         sort = np.zeros(n)
         bound_col = np.full(n, columns, dtype=np.int64)  # (the dummy column: no bound)
         bound_hi = np.full(n, np.inf)
-        if len(ranged):
-            r_lo, r_hi = lo[:, ranged], hi[:, ranged]
-            # (the spread of each column's finite bounds: what a range passes a share of)
-            low = np.minimum(
-                np.where(np.abs(lo) < MAX, lo, np.inf).min(axis=1),
-                np.where(np.abs(hi) < MAX, hi, np.inf).min(axis=1),
-            )
-            high = np.maximum(
-                np.where(np.abs(lo) < MAX, lo, -np.inf).max(axis=1),
-                np.where(np.abs(hi) < MAX, hi, -np.inf).max(axis=1),
-            )
-            spread = np.where(high > low, high - low, np.nan)[:, None]
+        # (the spread of each column's finite bounds: what a range passes a share of)
+        low = np.minimum(
+            np.where(np.abs(lo) < MAX, lo, np.inf).min(axis=1, initial=np.inf),
+            np.where(np.abs(hi) < MAX, hi, np.inf).min(axis=1, initial=np.inf),
+        )
+        high = np.maximum(
+            np.where(np.abs(lo) < MAX, lo, -np.inf).max(axis=1, initial=-np.inf),
+            np.where(np.abs(hi) < MAX, hi, -np.inf).max(axis=1, initial=-np.inf),
+        )
+        spread = np.where(high > low, high - low, np.nan)[:, None]
+
+        def by_range(members: Ids, primary: Ids, *, by_width: bool) -> None:
+            """List `members` under `primary` (0, or a value's code + 1) and their
+            most selective range column among those not yet keyed, sorted by
+            its bound; two-sided ranges by width class if `by_width`."""
+            r_lo, r_hi = lo[:, members], hi[:, members]
             with np.errstate(all="ignore"):
                 top, bottom = np.minimum(r_hi, high[:, None]), np.maximum(r_lo, low[:, None])
                 passes = (top - bottom) / spread
             passes = np.where(np.isfinite(passes), passes, 1.0)
-            passes = np.where(constrained[:, ranged], passes, np.inf)
+            passes = np.where(constrained[:, members] & ~keyed[:, members], passes, np.inf)
             column = np.argmin(passes, axis=0)
-            c_lo, c_hi = r_lo[column, np.arange(len(ranged))], r_hi[column, np.arange(len(ranged))]
+            c_lo, c_hi = (
+                r_lo[column, np.arange(len(members))],
+                r_hi[column, np.arange(len(members))],
+            )
             low_only = c_hi >= MAX  # (a column merely present: low-only, at -MAX)
             high_only = (c_lo <= -MAX) & ~low_only
-            form = np.where(low_only, 0, np.where(high_only, 1, 2 + _width_class(c_hi - c_lo)))
-            key[ranged] = self.range_base + column * (2 + WIDTH_CLASSES) + form
-            sort[ranged] = np.where(high_only, c_hi, c_lo)
+            width = _width_class(c_hi - c_lo) if by_width else 0
+            form = np.where(low_only, 0, np.where(high_only, 1, 2 + width))
+            key[members] = (
+                self.range_base + (primary * columns + column) * (2 + WIDTH_CLASSES) + form
+            )
+            sort[members] = np.where(high_only, c_hi, c_lo)
             # the key column is settled by the list's cut, but for the high bound
-            # of a two-sided range near the cut's low end (tested apart, `match`)
-            keyed[column, ranged] = True
+            # of a two-sided range near the cut's low end (tested apart, `found`)
+            keyed[column, members] = True
             two_sided = ~(low_only | high_only)
-            bound_col[ranged[two_sided]] = column[two_sided]
-            bound_hi[ranged[two_sided]] = c_hi[two_sided]
+            bound_col[members[two_sided]] = column[two_sided]
+            bound_hi[members[two_sided]] = c_hi[two_sided]
+
+        if len(ranged):
+            by_range(ranged, np.zeros(len(ranged), dtype=np.int64), by_width=True)
+        # the members of a large value list that constrain a range as well: listed
+        # under the value and that range (a profile cuts them as a range list)
+        single = has_point & ~has_pair
+        sizes = np.bincount(key[single], minlength=ncodes)
+        split = (
+            np.flatnonzero(
+                single
+                & (sizes[np.minimum(key, ncodes - 1)] >= VALUE_SPLIT)
+                & (constrained & ~keyed).any(axis=0)
+            )
+            if ncodes
+            else np.zeros(0, dtype=np.int64)
+        )
+        if len(split):
+            by_range(split, key[split] + 1, by_width=False)
         # a settled member holds for every profile that reaches it (no residual
         # test, no exact test): such members get lists of their own (even keys)
         settled = ~(constrained & ~keyed).any(axis=0) & ~forest.exact[nodes]
@@ -344,21 +376,29 @@ class _Part:
         # a settled list: its members hold for every profile that reaches them
         # (no residual test, no exact test, no column but the key's)
         self.list_settled = self.list_key % 2 == 0
+        # range lists (the last lists): their column, form, primary (0: every
+        # profile's; else a value's code + 1), and their members' widest and
+        # narrowest two-sided range
+        nlists = len(self.list_key)
         ranges = np.flatnonzero(self.list_key // 2 >= self.range_base)
-        self.range_lists = ranges
-        form_of = (self.list_key[ranges] // 2 - self.range_base) % (2 + WIDTH_CLASSES)
-        self.range_column = (self.list_key[ranges] // 2 - self.range_base) // (2 + WIDTH_CLASSES)
-        self.range_form = form_of
-        widest, narrowest = np.zeros(len(ranges)), np.zeros(len(ranges))
-        for i, (start, end) in enumerate(
-            zip(self.list_start[ranges].tolist(), self.list_end[ranges].tolist(), strict=True)
-        ):
-            if form_of[i] >= 2:
-                c = int(self.range_column[i])
-                members = self.node[start:end]
-                width = forest.hi[c, members] - forest.lo[c, members]
-                widest[i], narrowest[i] = float(np.max(width)), float(np.min(width))
-        self.range_widest, self.range_narrowest = widest, narrowest
+        relative = self.list_key[ranges] // 2 - self.range_base
+        self.list_form = np.zeros(nlists, dtype=np.int64)
+        self.list_column = np.zeros(nlists, dtype=np.int64)
+        self.list_form[ranges] = relative % (2 + WIDTH_CLASSES)
+        self.list_column[ranges] = relative // (2 + WIDTH_CLASSES) % max(columns, 1)
+        primary = relative // (2 + WIDTH_CLASSES) // max(columns, 1)
+        self.range_lists = ranges[primary == 0]
+        # (the lists under each value: value_lists[value_first[code]:value_first[code + 1]])
+        self.value_lists = ranges[primary > 0]
+        self.value_first = np.searchsorted(primary[primary > 0], np.arange(ncodes + 1) + 1)
+        self.list_widest, self.list_narrowest = np.zeros(nlists), np.zeros(nlists)
+        if len(ranges):
+            first = int(self.list_start[ranges[0]])
+            width = np.where(self.bound_col < columns, self.bound_hi - self.sort, 0.0)[first:]
+            at = self.list_start[ranges] - first
+            with np.errstate(all="ignore"):
+                self.list_widest[ranges] = np.maximum.reduceat(width, at)
+                self.list_narrowest[ranges] = np.minimum.reduceat(width, at)
 
     def __len__(self) -> int:
         return len(self.node)
@@ -367,6 +407,7 @@ class _Part:
     def nbytes(self) -> int:
         arrays = (self.node, self.key, self.sort, self.alive, self.exact, self.tests)
         arrays += (self.bound_col, self.bound_hi, self.entry_value, self.entry_start)
+        arrays += (self.list_form, self.list_column, self.list_widest, self.list_narrowest)
         arrays += (self.entry_alive,)
         tests = (self.res_col, self.res_lo, self.res_hi)
         return sum(a.nbytes for a in arrays + tests) + self.pos_of.nbytes
@@ -423,45 +464,27 @@ class _Part:
         stops.append(self.list_end[at[ok]])
         owners.append(owner_at[ok])
         lists.append(at[ok])
-        # range lists: the run of members whose sort bound the value passes; of
-        # a two-sided form's run, those whose low bound is within the narrowest
-        # width of the value pass the high bound too, the others are tested
+        # range lists: every profile's lists of its present columns, and the lists
+        # under each of its values of their present columns
         flat = np.concatenate([values, np.zeros((1, n_queries))]).ravel()
-        uncertain = _NO_RUNS
-        if len(self.range_lists):
-            ranged, asking = np.nonzero(present[self.range_column])
-            value = values[self.range_column[ranged], asking]
-            form = self.range_form[ranged]
-            low = np.where(form == 1, value, value - self.range_widest[ranged])
-            low = np.where(form == 0, -np.inf, low)
-            high = np.where(form == 1, np.inf, value)
-            which = self.range_lists[ranged]
-            begin, end = self.list_start[which], self.list_end[which]
-            first = segments.search(self.sort, begin, end, low, right=False)
-            last = segments.search(self.sort, first, end, high, right=True)
-            sure_from = first
-            two = np.flatnonzero(form >= 2)
-            if len(two):
-                sure_from = first.copy()
-                sure_from[two] = segments.search(
-                    self.sort,
-                    first[two],
-                    last[two],
-                    _sure_low(value[two], self.range_narrowest[ranged[two]]),
-                    right=False,
-                )
-                uncertain = (first[two], sure_from[two] - first[two], asking[two], which[two])
+        uncertain = []
+        for which, asking in self._range_lists(keys[:columns], owner[:columns], present):
+            sure_from, last, doubt = self._cut(which, asking, values)
             starts.append(sure_from)
             stops.append(last)
             owners.append(asking)
             lists.append(which)
+            uncertain.append(doubt)
         start, stop, owner = map(np.concatenate, (starts, stops, owners))
         length = np.maximum(stop - start, 0)
         settled = self.list_settled[np.concatenate(lists)]
         sure = (start[settled], length[settled], owner[settled])
         positions, queries = self._runs(start[~settled], length[~settled], owner[~settled])
-        if len(uncertain[0]):
-            u_start, u_length, u_owner, u_list = uncertain
+        u_start, u_length, u_owner, u_list = (
+            np.concatenate([u[i] for u in uncertain]) if uncertain else _NO_RUNS[i]
+            for i in range(4)
+        )
+        if len(u_start):
             u_positions, u_queries = self._runs(u_start, u_length, u_owner)
             v = flat[self.bound_col[u_positions] * n_queries + u_queries]
             passed = self.bound_hi[u_positions] >= v
@@ -527,6 +550,56 @@ class _Part:
         first = np.concatenate([at[start], at[positions]])
         stop = np.concatenate([at[start + length], at[positions + 1]])
         return np.concatenate([owner, queries]), first, stop - first
+
+    def _range_lists(
+        self, codes: list[Ids], owner: list[Ids], present: Mask
+    ) -> list[tuple[Ids, Ids]]:
+        """The range lists the point profiles read, as (list, query) arrays:
+        every profile's lists of the columns it has, and the lists under each
+        value it has (`codes`, `owner`: the values' codes and queries) of the
+        columns it has."""
+        out = []
+        if len(self.range_lists):
+            ranged, asking = np.nonzero(present[self.list_column[self.range_lists]])
+            out.append((self.range_lists[ranged], asking))
+        if len(self.value_lists):
+            code, asking = np.concatenate(codes), np.concatenate(owner)
+            first, last = self.value_first[code], self.value_first[code + 1]
+            under = run_positions(first, last - first)
+            asking = np.repeat(asking, last - first)
+            which = self.value_lists[under]
+            has = present[self.list_column[which], asking]
+            out.append((which[has], asking[has]))
+        return out
+
+    def _cut(
+        self, which: Ids, asking: Ids, values: Bounds
+    ) -> tuple[Ids, Ids, tuple[Ids, Ids, Ids, Ids]]:
+        """Each range list's run of members whose sort bound the query's value
+        passes, as [sure_from, last) of members that hold on the list's column,
+        and the runs before them whose high bound is in doubt (the members of a
+        two-sided form whose low bound is farther below the value than the
+        list's narrowest width): (start, length, query, list)."""
+        value = values[self.list_column[which], asking]
+        form = self.list_form[which]
+        low = np.where(form == 1, value, value - self.list_widest[which])
+        low = np.where(form == 0, -np.inf, low)
+        high = np.where(form == 1, np.inf, value)
+        begin, end = self.list_start[which], self.list_end[which]
+        first = segments.search(self.sort, begin, end, low, right=False)
+        last = segments.search(self.sort, first, end, high, right=True)
+        two = np.flatnonzero(form >= 2)
+        if not len(two):
+            return first, last, _NO_RUNS
+        sure_from = first.copy()
+        sure_from[two] = segments.search(
+            self.sort,
+            first[two],
+            last[two],
+            _sure_low(value[two], self.list_narrowest[which[two]]),
+            right=False,
+        )
+        return sure_from, last, (first[two], sure_from[two] - first[two], asking[two], which[two])
 
     @staticmethod
     def _runs(start: Ids, length: Ids, owner: Ids) -> tuple[Ids, Ids]:
