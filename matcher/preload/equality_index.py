@@ -195,7 +195,7 @@ class EqualityIndex:
                 )
 
 
-_NO_RUNS = (np.zeros(0, dtype=np.int64),) * 4
+_NO_DOUBT = (*(np.zeros(0, dtype=np.int64),) * 4, np.zeros(0))  # (see `_Part._cut`)
 
 
 def _width_class(width: np.ndarray) -> np.ndarray:
@@ -480,14 +480,13 @@ class _Part:
         settled = self.list_settled[np.concatenate(lists)]
         sure = (start[settled], length[settled], owner[settled])
         positions, queries = self._runs(start[~settled], length[~settled], owner[~settled])
-        u_start, u_length, u_owner, u_list = (
-            np.concatenate([u[i] for u in uncertain]) if uncertain else _NO_RUNS[i]
-            for i in range(4)
+        u_start, u_length, u_owner, u_list, u_value = (
+            np.concatenate([u[i] for u in uncertain]) if uncertain else _NO_DOUBT[i]
+            for i in range(5)
         )
         if len(u_start):
             u_positions, u_queries = self._runs(u_start, u_length, u_owner)
-            v = flat[self.bound_col[u_positions] * n_queries + u_queries]
-            passed = self.bound_hi[u_positions] >= v
+            passed = self.bound_hi[u_positions] >= np.repeat(u_value, u_length)
             u_settled = np.repeat(self.list_settled[u_list], u_length)[passed]
             u_positions, u_queries = u_positions[passed], u_queries[passed]
             sure = (
@@ -574,12 +573,12 @@ class _Part:
 
     def _cut(
         self, which: Ids, asking: Ids, values: Bounds
-    ) -> tuple[Ids, Ids, tuple[Ids, Ids, Ids, Ids]]:
+    ) -> tuple[Ids, Ids, tuple[Ids, Ids, Ids, Ids, np.ndarray]]:
         """Each range list's run of members whose sort bound the query's value
         passes, as [sure_from, last) of members that hold on the list's column,
         and the runs before them whose high bound is in doubt (the members of a
         two-sided form whose low bound is farther below the value than the
-        list's narrowest width): (start, length, query, list)."""
+        list's narrowest width): (start, length, query, list, value)."""
         value = values[self.list_column[which], asking]
         form = self.list_form[which]
         low = np.where(form == 1, value, value - self.list_widest[which])
@@ -590,7 +589,7 @@ class _Part:
         last = segments.search(self.sort, first, end, high, right=True)
         two = np.flatnonzero(form >= 2)
         if not len(two):
-            return first, last, _NO_RUNS
+            return first, last, _NO_DOUBT
         sure_from = first.copy()
         sure_from[two] = segments.search(
             self.sort,
@@ -599,7 +598,8 @@ class _Part:
             _sure_low(value[two], self.list_narrowest[which[two]]),
             right=False,
         )
-        return sure_from, last, (first[two], sure_from[two] - first[two], asking[two], which[two])
+        doubt = (first[two], sure_from[two] - first[two], asking[two], which[two], value[two])
+        return sure_from, last, doubt
 
     @staticmethod
     def _runs(start: Ids, length: Ids, owner: Ids) -> tuple[Ids, Ids]:
