@@ -161,8 +161,11 @@ class DoubleForest:
                 node = self.sub_forest.add(conj, partial(self.dims.filter_box, conj), entry, slot)
                 if cells is not None:
                     self._log_change(cells, entry, node, added=True)
-                if index is not None and self.sub_forest.entries.count[node] == 1:
-                    index.node_added(node)
+                if index is not None:
+                    if self.sub_forest.entries.count[node] == 1:
+                        index.node_added(node)
+                    else:  # (the index keeps each node's entries)
+                        index.node_changed(node)
             entries.append(entry)
         self.sub_entries[slot] = entries
         self.multi_disjunct += len(entries) > 1
@@ -200,8 +203,11 @@ class DoubleForest:
                 if cells is not None:
                     self._log_change(cells, entry, node, added=False)
                 self.sub_forest.discard(entry)
-                if index is not None and self.sub_forest.keys[node] is None:
-                    index.node_removed(node)
+                if index is not None:
+                    if self.sub_forest.keys[node] is None:
+                        index.node_removed(node)
+                    else:
+                        index.node_changed(node)
             self.entry_free.append(entry)
             self.entry_from[entry], self.entry_to[entry] = ALWAYS  # lets every query past
 
@@ -423,6 +429,13 @@ class DoubleForest:
         n = len(profiles) if which is None else len(which)
         forest = self.sub_forest
         forest.need_covers = False
+        if index is not None and which is None and _points(query_lo, query_hi).all():
+            # Every profile a point: the index gives their entries' values grouped.
+            counts, slots = self._index_grouped(profiles, query_lo, query_hi, index)
+            if slot_map is not None:
+                slots = np.take(slot_map, slots.astype(np.intp, copy=False))
+            cut = np.r_[0, np.cumsum(counts)].tolist()
+            return [slots[a:b] for a, b in zip(cut, cut[1:], strict=False)]
         queries, nodes, _ = self._descend_profiles(profiles, query_lo, query_hi, which, index)
         order = _grouping(queries)
         queries, nodes = queries[order], nodes[order]
@@ -496,6 +509,22 @@ class DoubleForest:
             np.concatenate([nodes, more_nodes]),
             np.concatenate([covers, more_covers]),
         )
+
+    def _index_grouped(
+        self, profiles: list[Profile], query_lo: Bounds, query_hi: Bounds, index: EqualityIndex
+    ) -> tuple[Ids, Ids]:
+        """The subscription slots of the point profiles from the `index`,
+        grouped by query: (how many each has, the slots)."""
+        forest = self.sub_forest
+
+        def exact(query: int, node: int) -> tuple[bool, bool]:
+            conj = forest.keys[node]
+            return conj.overlaps(profiles[query]), conj.covers(profiles[query])
+
+        forest.sync_columns()
+        present = query_lo <= query_hi
+        preloader.of(self).count(0, 0, len(profiles))
+        return index.match_grouped(forest, query_lo, present, exact)
 
     # -- preloaded cells (matcher.preload) ----------------------------------
 

@@ -37,11 +37,14 @@ NUMBERS = ("x", "y", "z")
 def index_only(budget: int = 1 << 30) -> ExitStack:
     """Preloading on for any size, unmeasured, without a grid (the index's turn
     for every batch of points), and thresholds small enough that nodes wait,
-    merge and are rebuilt within a few steps."""
+    merge and are rebuilt within a few steps, and that values of a few members
+    list them by range too."""
     stack = ExitStack()
     stack.enter_context(layouts.preload(True, budget_bytes=budget))
     stack.enter_context(patch.object(preload_grid, "choose", return_value=None))
-    stack.enter_context(patch.multiple(equality_index, MIN_ADDED=3, REBUILD_SHARE=2, DEAD_SHARE=2))
+    stack.enter_context(
+        patch.multiple(equality_index, MIN_ADDED=3, REBUILD_SHARE=2, DEAD_SHARE=2, VALUE_SPLIT=2)
+    )
     return stack
 
 
@@ -246,3 +249,128 @@ def test_the_index_past_the_budget_is_not_built():
         df, points = _siena_like(300)
         df.match_profiles_grouped(points, [(0, OPEN)] * len(points))
         assert preloader.peek(df).index is None
+
+
+def test_two_sided_ranges_at_the_edges_of_their_sure_part():
+    """Two-sided ranges of many close widths (one list each width class, whose
+    sure part is cut at the narrowest width below the value) and points on and
+    next to their bounds, in whole numbers, tenths and large magnitudes: the
+    index answers as the oracle and the forest do."""
+    rng = np.random.default_rng(5)
+    held = {}
+    for ident in range(300):
+        scale = (1.0, 0.1, 1e12)[ident % 3]
+        low = float(rng.integers(0, 200)) * scale
+        width = float(rng.integers(40, 130)) * scale
+        held[ident] = ([[Atom("x", "between", (low, low + width))]], False)
+    edges = sorted({v for dnf, _ in held.values() for v in dnf[0][0].value})
+    nudged = [np.nextafter(v, side) for v in edges for side in (-np.inf, np.inf)]
+    points = [{"x": float(v)} for v in edges + nudged]
+    with index_only():
+        df = _probed(held, points, 200)
+        got = df.match_profiles_grouped([_profile(a) for a in points], [(0, OPEN)] * len(points))
+    with layouts.preload(False):
+        want = df.match_profiles_grouped([_profile(a) for a in points], [(0, OPEN)] * len(points))
+    assert [sorted(g.tolist()) for g in got] == [sorted(w.tolist()) for w in want]
+
+
+SIMPLE_STEPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("subscribe"), st.integers(0, 30), filters().map(lambda d: d[:1])),
+        st.tuples(st.just("share"), st.integers(0, 30), st.integers(0, 30)),
+        st.tuples(st.just("unsubscribe"), st.integers(0, 30)),
+        st.tuples(st.just("probe"), st.lists(profile_attrs(), min_size=1, max_size=12)),
+    ),
+    min_size=1,
+    max_size=50,
+)
+
+
+@settings(max_examples=60, deadline=None, print_blob=True)
+@given(SIMPLE_STEPS)
+def test_grouped_answers_from_the_index_keep_up_with_shared_nodes(steps):
+    """Subscriptions of one conjunction each, `overlaps` (the grouped answers
+    come from the index's entry runs), many of them on one node (a filter
+    subscribed again under another id) coming and going between probes: the
+    grouped answers are the oracle's, and the index holds each node's entries
+    as the forest does."""
+    with index_only():
+        df, held, slots = DoubleForest(), {}, {}
+
+        def subscribe(ident: int, dnf: list) -> None:
+            if ident in slots:
+                df.remove_subscription(slots.pop(ident))
+            slots[ident] = df.add_subscription(ident, predicate_of(dnf), False, 0, OPEN)
+            held[ident] = (dnf, False)
+
+        for step in steps:
+            if step[0] == "subscribe":
+                subscribe(step[1], step[2])
+            elif step[0] == "share" and step[2] in held:
+                subscribe(step[1], held[step[2]][0])
+            elif step[0] == "unsubscribe" and step[1] in slots:
+                df.remove_subscription(slots.pop(step[1]))
+                del held[step[1]]
+            elif step[0] == "probe":
+                batch = step[1]
+                want = [
+                    {i for i, (dnf, covers) in held.items() if _holds(dnf, covers, attrs)}
+                    for attrs in batch
+                ]
+                profiles = [_profile(a) for a in batch]
+                grouped = df.match_profiles_grouped(profiles, [(0, OPEN)] * len(profiles))
+                got = [{df.subs.handles[s] for s in g.tolist()} for g in grouped]
+                assert got == want
+                assert sum(map(len, grouped)) == sum(map(len, want)), "an answer twice"
+        df.check_invariants()
+
+
+def test_every_bound_met_exactly():
+    """Filters of one to three numbers, each bounded (inclusive or strict, one
+    side or both) or equal at small whole values, and points on a grid of those
+    values (some attributes missing): every bound is met exactly by some point,
+    on key columns and tested ones alike; the index answers as the oracle."""
+    rng = np.random.default_rng(11)
+    ops = ("=", "<", "<=", ">", ">=", "between")
+    held = {}
+    for ident in range(400):
+        atoms = []
+        for attr in rng.choice(NUMBERS, size=int(rng.integers(1, 4)), replace=False).tolist():
+            op, v = ops[int(rng.integers(0, len(ops)))], int(rng.integers(0, 5))
+            atoms.append(Atom(attr, op, (v, v + int(rng.integers(0, 3))) if op == "between" else v))
+        held[ident] = ([atoms], False)
+    grid = [
+        {a: v for a, v in zip(NUMBERS, (x, y, z), strict=True) if v is not None}
+        for x in (None, 0, 1, 2, 3, 4, 5)
+        for y in (None, 0, 1, 2, 3, 4, 5)
+        for z in (None, 0, 2, 4)
+    ]
+    with index_only():
+        df = _probed(held, grid, 50)
+        assert df.preload_counts()["profiles_from_index"] >= len(grid)
+
+
+def _probed(held: dict, points: list[dict], batch: int) -> DoubleForest:
+    """A DoubleForest holding `held`, probed with `points` a batch at a time (`_probe`)."""
+    df = DoubleForest()
+    for ident, (dnf, covers) in held.items():
+        df.add_subscription(ident, predicate_of(dnf), covers, 0, OPEN)
+    for at in range(0, len(points), batch):
+        _probe(df, held, points[at : at + batch])
+    return df
+
+
+def test_value_and_range_lists_answer_as_the_forest():
+    """Siena's filters of a symbol and a price (say) in a value list long
+    enough to be listed by range too: the index has such lists, and a batch of
+    points answers with them as the forest does."""
+    with index_only(), patch.object(equality_index, "VALUE_SPLIT", 16):
+        df, points = _siena_like(1500)
+        spans = [(0, OPEN)] * len(points)
+        got = df.match_profiles_grouped(points, spans)
+        index = preloader.peek(df).index
+        assert len(index.main.value_lists) > 10
+        assert df.preload_counts()["profiles_from_index"] == len(points)
+    with layouts.preload(False):
+        want = df.match_profiles_grouped(points, spans)
+    assert [sorted(g.tolist()) for g in got] == [sorted(w.tolist()) for w in want]

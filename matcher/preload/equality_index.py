@@ -9,27 +9,37 @@ each node of the forest sits in one *list*, chosen by its box:
 - a node that constrains some columns to a point is listed under the (code
   of the) value of its most selective point column, or of its two most
   selective ones (a pair key): a point profile looks up each of its values,
-  and each pair of them, by one binary search of the list keys;
+  and each pair of them, by one binary search of the list keys; where a
+  value's list is long (VALUE_SPLIT), those of its members that constrain a
+  range too are listed under the value and a range, as below (a profile
+  reads the range lists under each of its values, of the columns it has);
 - a node without a point column is listed under its most selective range
   column and the form of its range there (a low bound only, a high bound
   only, or both, by the binary order of magnitude of its width), sorted by
   the bound: a profile's value cuts such a list to the members whose bound
-  it passes (or, for both bounds, whose low bound lies in `[value - widest,
-  value]`) by two binary searches;
+  it passes by two binary searches (or, for both bounds, to those whose low
+  bound lies in `[value - widest, value]`; of these, the ones whose low bound
+  is within the list's narrowest width of the value hold, a third search
+  finds them, and only the others' high bound is tested);
 - a node that constrains nothing is in a list that every profile reads.
 
 The members a profile's lists give are then tested, in a few vector passes
 over all the batch's candidates: the bounds of the columns their key does
 not settle (a missing attribute fails them), and the exact test where a box
 is only a necessary condition. Members that need neither (a value alone, a
-one-sided range alone) have lists of their own, whose runs are answers as
+range alone) have lists of their own, whose runs are answers as
 they are. So a point profile costs what its candidates cost, not what the
 held subscriptions do.
+
+Each member keeps its node's entries (their subscription slots) beside it,
+in list order, so that a run of members that need no test is one run of
+entries to copy (`match_grouped`), not a gather per node.
 
 The index covers a set of nodes built at once (`_Part`); nodes added later
 wait in a small second part, rebuilt as they come, until it grows past a
 share of the first and both are built again from the forest. A removed node
-is marked dead where it is listed. Only point profiles are answered here:
+is marked dead where it is listed; a node whose entries change is marked
+dead and waits to be listed again. Only point profiles are answered here:
 for a point, a box that meets it also covers it (SEMANTICS §2), and an
 interval profile takes the forest.
 """
@@ -43,27 +53,34 @@ import numpy as np
 from matcher.boxes import MAX
 from matcher.forest import Forest
 from matcher.forest.arrays import Bounds, Ids, Mask
-from matcher.forest.list_store import run_positions
+from matcher.forest.list_store import ELEMENT, run_positions
 from matcher.preload import segments
 
 REBUILD_SHARE = 8  # the added part is merged once it holds an eighth of the main one ...
 MIN_ADDED = 2048  # ... and at least this many nodes
 DEAD_SHARE = 4  # a part is rebuilt once a quarter of its members are dead
 MAX_PAIR_KEYS = 256  # column pairs a profile's values are looked up by, at most
-WIDTH_CLASSES = 64  # ranges grouped by the binary exponent of their width
+VALUE_SPLIT = 64  # a value's list this long lists its members with ranges by range too
+WIDTH_STEPS = 2  # two-sided ranges grouped by width: classes per binary order ...
+WIDTH_CLASSES = 128  # ... and classes in all
 _EXPONENT_LOW = -30  # (exponents below this share the lowest class)
 
 # (query, node) -> (overlaps, covers): the exact test for boxes that are not exact
 ExactTest = Callable[[int, int], tuple[bool, bool]]
+# What a part finds: runs of members that need no test (start, length, query),
+# and the tested members that passed (position, query, covers)
+_Found = tuple[tuple[Ids, Ids, Ids], tuple[Ids, Ids, Mask]]
 
 
 class EqualityIndex:
     """The live nodes of a subscription forest, listed for point profiles.
 
     Invariant: every live node of the forest is in exactly one of `main`,
-    `added` (alive there) or `waiting`; a node removed is in none (dead where
-    it was listed). Built from the forest (O(nodes × columns + nodes log
-    nodes)); `node_added`/`node_removed` O(1); `match` as the module says."""
+    `added` (alive there, with the entries the forest holds on it) or
+    `waiting`; a node removed is in none (dead where it was listed). Built
+    from the forest (O(nodes × columns + nodes log nodes + entries));
+    `node_added` O(1), `node_removed`/`node_changed` O(the node's entries);
+    `match` as the module says."""
 
     def __init__(self, forest: Forest) -> None:
         self.main = _Part(forest, _live_nodes(forest))
@@ -79,12 +96,20 @@ class EqualityIndex:
         self.waiting.add(node)
 
     def node_removed(self, node: int) -> None:
-        """Note a node gone from the forest (its id may come back as another). O(1)."""
+        """Note a node gone from the forest (its id may come back as another).
+        O(its entries)."""
         if node in self.waiting:
             self.waiting.discard(node)
             return
         self.main.kill(node)
         self.added.kill(node)
+
+    def node_changed(self, node: int) -> None:
+        """Note an entry added to or removed from a live node: it is listed
+        again, with its entries, at the next query. O(its entries)."""
+        if node not in self.waiting:
+            self.node_removed(node)
+            self.waiting.add(node)
 
     def catch_up(self, forest: Forest) -> None:
         """List the waiting nodes: the added part built again with them, or both
@@ -118,13 +143,76 @@ class EqualityIndex:
             return empty, empty, np.zeros(0, dtype=bool)
         return tuple(np.concatenate([p[i] for p in parts]) for i in range(3))
 
+    def match_grouped(
+        self, forest: Forest, values: Bounds, present: Mask, exact: ExactTest
+    ) -> tuple[Ids, np.ndarray]:
+        """The entry values (subscription slots) of every node that holds for
+        the point profiles (as `match`), grouped by query: (how many each query
+        has, the values). Runs of members are copied as runs of their entries,
+        so the cost is that of `match` with no per-node gather of entries."""
+        self.catch_up(forest)
+        n_queries = values.shape[1]
+        parts = [p for p in (self.main, self.added) if len(p)]
+        if not parts:
+            return np.zeros(n_queries, dtype=np.int64), np.zeros(0, dtype=ELEMENT)
+        found = [p.entry_runs(values, present, exact) for p in parts]
+        offsets = np.cumsum([0] + [len(p.entry_value) for p in parts])
+        owner = np.concatenate([f[0] for f in found])
+        start = np.concatenate([f[1] + offset for f, offset in zip(found, offsets, strict=False)])
+        length = np.concatenate([f[2] for f in found])
+        order = np.argsort(owner.astype(np.int16) if n_queries < 2**15 else owner, kind="stable")
+        owner, start, length = owner[order], start[order], length[order]
+        positions = run_positions(start, length)
+        source = (
+            parts[0].entry_value
+            if len(parts) == 1
+            else np.concatenate([p.entry_value for p in parts])
+        )
+        if not any(p.dead for p in parts):
+            counts = np.bincount(owner, weights=length, minlength=n_queries).astype(np.int64)
+            return counts, np.take(source, positions)
+        alive = np.concatenate([p.entry_alive for p in parts])[positions]
+        owner = np.repeat(owner, length)[alive]
+        return np.bincount(owner, minlength=n_queries), np.take(source, positions[alive])
+
     def check(self, forest: Forest) -> None:
         """Assert that every live node is listed once, alive (the waiting ones
-        first), and no other node. O(nodes): for tests."""
+        first), with its entries as the forest holds them, and no other node.
+        O(nodes + entries): for tests."""
         self.catch_up(forest)
         listed = np.concatenate([self.main.live_nodes(), self.added.live_nodes()])
         assert len(np.unique(listed)) == len(listed), "a node listed twice"
         assert (np.sort(listed) == _live_nodes(forest)).all(), "listed nodes are not the live ones"
+        for part in (self.main, self.added):
+            for position in np.flatnonzero(part.alive).tolist():
+                a, b = part.entry_start[position], part.entry_start[position + 1]
+                held = forest.entries.gather_counts(
+                    part.node[position : position + 1], values=True
+                )[1]
+                assert part.entry_alive[a:b].all(), "a live member's entries marked dead"
+                assert sorted(part.entry_value[a:b].tolist()) == sorted(held.tolist()), (
+                    "a member's entries are not its node's"
+                )
+
+
+_NO_DOUBT = (*(np.zeros(0, dtype=np.int64),) * 4, np.zeros(0))  # (see `_Part._cut`)
+
+
+def _width_class(width: np.ndarray) -> np.ndarray:
+    """The class of two-sided ranges' widths: WIDTH_STEPS classes per binary
+    order of magnitude (so a class's narrowest is most of its widest)."""
+    with np.errstate(all="ignore"):
+        mantissa, exponent = np.frexp(np.minimum(width, MAX))
+    step = np.clip(((mantissa - 0.5) * 2 * WIDTH_STEPS).astype(np.int64), 0, WIDTH_STEPS - 1)
+    return np.clip((exponent - _EXPONENT_LOW) * WIDTH_STEPS + step, 0, WIDTH_CLASSES - 1)
+
+
+def _sure_low(value: np.ndarray, narrowest: np.ndarray) -> np.ndarray:
+    """A low bound at or above which a range at least `narrowest` wide holds
+    `value`: value - narrowest, raised past the rounding of the subtraction
+    and of the widths (a few units in the last place)."""
+    with np.errstate(all="ignore"):
+        return (value - narrowest) + (np.abs(value) + narrowest) * 2.0**-50
 
 
 def _live_nodes(forest: Forest) -> Ids:
@@ -192,35 +280,66 @@ class _Part:
         ranged = np.flatnonzero(~has_point & constrained.any(axis=0))
         key[~has_point] = self.always_key
         sort = np.zeros(n)
-        if len(ranged):
-            r_lo, r_hi = lo[:, ranged], hi[:, ranged]
-            # (the spread of each column's finite bounds: what a range passes a share of)
-            low = np.minimum(
-                np.where(np.abs(lo) < MAX, lo, np.inf).min(axis=1),
-                np.where(np.abs(hi) < MAX, hi, np.inf).min(axis=1),
-            )
-            high = np.maximum(
-                np.where(np.abs(lo) < MAX, lo, -np.inf).max(axis=1),
-                np.where(np.abs(hi) < MAX, hi, -np.inf).max(axis=1),
-            )
-            spread = np.where(high > low, high - low, np.nan)[:, None]
+        bound_col = np.full(n, columns, dtype=np.int64)  # (the dummy column: no bound)
+        bound_hi = np.full(n, np.inf)
+        # (the spread of each column's finite bounds: what a range passes a share of)
+        low = np.minimum(
+            np.where(np.abs(lo) < MAX, lo, np.inf).min(axis=1, initial=np.inf),
+            np.where(np.abs(hi) < MAX, hi, np.inf).min(axis=1, initial=np.inf),
+        )
+        high = np.maximum(
+            np.where(np.abs(lo) < MAX, lo, -np.inf).max(axis=1, initial=-np.inf),
+            np.where(np.abs(hi) < MAX, hi, -np.inf).max(axis=1, initial=-np.inf),
+        )
+        spread = np.where(high > low, high - low, np.nan)[:, None]
+
+        def by_range(members: Ids, primary: Ids, *, by_width: bool) -> None:
+            """List `members` under `primary` (0, or a value's code + 1) and their
+            most selective range column among those not yet keyed, sorted by
+            its bound; two-sided ranges by width class if `by_width`."""
+            r_lo, r_hi = lo[:, members], hi[:, members]
             with np.errstate(all="ignore"):
                 top, bottom = np.minimum(r_hi, high[:, None]), np.maximum(r_lo, low[:, None])
                 passes = (top - bottom) / spread
             passes = np.where(np.isfinite(passes), passes, 1.0)
-            passes = np.where(constrained[:, ranged], passes, np.inf)
+            passes = np.where(constrained[:, members] & ~keyed[:, members], passes, np.inf)
             column = np.argmin(passes, axis=0)
-            c_lo, c_hi = r_lo[column, np.arange(len(ranged))], r_hi[column, np.arange(len(ranged))]
+            c_lo, c_hi = (
+                r_lo[column, np.arange(len(members))],
+                r_hi[column, np.arange(len(members))],
+            )
             low_only = c_hi >= MAX  # (a column merely present: low-only, at -MAX)
             high_only = (c_lo <= -MAX) & ~low_only
-            with np.errstate(all="ignore"):
-                exponent = np.frexp(np.minimum(c_hi - c_lo, MAX))[1]
-            form = 2 + np.clip(exponent - _EXPONENT_LOW, 0, WIDTH_CLASSES - 1)
-            form = np.where(low_only, 0, np.where(high_only, 1, form))
-            key[ranged] = self.range_base + column * (2 + WIDTH_CLASSES) + form
-            sort[ranged] = np.where(high_only, c_hi, c_lo)
-            one_sided = low_only | high_only
-            keyed[column[one_sided], ranged[one_sided]] = True
+            width = _width_class(c_hi - c_lo) if by_width else 0
+            form = np.where(low_only, 0, np.where(high_only, 1, 2 + width))
+            key[members] = (
+                self.range_base + (primary * columns + column) * (2 + WIDTH_CLASSES) + form
+            )
+            sort[members] = np.where(high_only, c_hi, c_lo)
+            # the key column is settled by the list's cut, but for the high bound
+            # of a two-sided range near the cut's low end (tested apart, `found`)
+            keyed[column, members] = True
+            two_sided = ~(low_only | high_only)
+            bound_col[members[two_sided]] = column[two_sided]
+            bound_hi[members[two_sided]] = c_hi[two_sided]
+
+        if len(ranged):
+            by_range(ranged, np.zeros(len(ranged), dtype=np.int64), by_width=True)
+        # the members of a large value list that constrain a range as well: listed
+        # under the value and that range (a profile cuts them as a range list)
+        single = has_point & ~has_pair
+        sizes = np.bincount(key[single], minlength=ncodes)
+        split = (
+            np.flatnonzero(
+                single
+                & (sizes[np.minimum(key, ncodes - 1)] >= VALUE_SPLIT)
+                & (constrained & ~keyed).any(axis=0)
+            )
+            if ncodes
+            else np.zeros(0, dtype=np.int64)
+        )
+        if len(split):
+            by_range(split, key[split] + 1, by_width=False)
         # a settled member holds for every profile that reaches it (no residual
         # test, no exact test): such members get lists of their own (even keys)
         settled = ~(constrained & ~keyed).any(axis=0) & ~forest.exact[nodes]
@@ -231,6 +350,11 @@ class _Part:
         self.alive = np.ones(n, dtype=bool)
         self.pos_of[self.node] = np.arange(n)
         self.exact = forest.exact[self.node]
+        self.bound_col, self.bound_hi = bound_col[order], bound_hi[order]
+        # the members' entry values (subscription slots), each member's a run
+        counts, self.entry_value = forest.entries.gather_counts(self.node, values=True)
+        self.entry_start = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        self.entry_alive = np.ones(len(self.entry_value), dtype=bool)
         # residual tests: the constrained columns a key does not settle
         residual = (constrained & ~keyed)[:, order]
         member, col = np.nonzero(residual.T)
@@ -252,20 +376,29 @@ class _Part:
         # a settled list: its members hold for every profile that reaches them
         # (no residual test, no exact test, no column but the key's)
         self.list_settled = self.list_key % 2 == 0
+        # range lists (the last lists): their column, form, primary (0: every
+        # profile's; else a value's code + 1), and their members' widest and
+        # narrowest two-sided range
+        nlists = len(self.list_key)
         ranges = np.flatnonzero(self.list_key // 2 >= self.range_base)
-        self.range_lists = ranges
-        form_of = (self.list_key[ranges] // 2 - self.range_base) % (2 + WIDTH_CLASSES)
-        self.range_column = (self.list_key[ranges] // 2 - self.range_base) // (2 + WIDTH_CLASSES)
-        self.range_form = form_of
-        widest = np.zeros(len(ranges))
-        for i, (start, end) in enumerate(
-            zip(self.list_start[ranges].tolist(), self.list_end[ranges].tolist(), strict=True)
-        ):
-            if form_of[i] >= 2:
-                c = int(self.range_column[i])
-                members = self.node[start:end]
-                widest[i] = float(np.max(forest.hi[c, members] - forest.lo[c, members]))
-        self.range_widest = widest
+        relative = self.list_key[ranges] // 2 - self.range_base
+        self.list_form = np.zeros(nlists, dtype=np.int64)
+        self.list_column = np.zeros(nlists, dtype=np.int64)
+        self.list_form[ranges] = relative % (2 + WIDTH_CLASSES)
+        self.list_column[ranges] = relative // (2 + WIDTH_CLASSES) % max(columns, 1)
+        primary = relative // (2 + WIDTH_CLASSES) // max(columns, 1)
+        self.range_lists = ranges[primary == 0]
+        # (the lists under each value: value_lists[value_first[code]:value_first[code + 1]])
+        self.value_lists = ranges[primary > 0]
+        self.value_first = np.searchsorted(primary[primary > 0], np.arange(ncodes + 1) + 1)
+        self.list_widest, self.list_narrowest = np.zeros(nlists), np.zeros(nlists)
+        if len(ranges):
+            first = int(self.list_start[ranges[0]])
+            width = np.where(self.bound_col < columns, self.bound_hi - self.sort, 0.0)[first:]
+            at = self.list_start[ranges] - first
+            with np.errstate(all="ignore"):
+                self.list_widest[ranges] = np.maximum.reduceat(width, at)
+                self.list_narrowest[ranges] = np.minimum.reduceat(width, at)
 
     def __len__(self) -> int:
         return len(self.node)
@@ -273,24 +406,28 @@ class _Part:
     @property
     def nbytes(self) -> int:
         arrays = (self.node, self.key, self.sort, self.alive, self.exact, self.tests)
+        arrays += (self.bound_col, self.bound_hi, self.entry_value, self.entry_start)
+        arrays += (self.list_form, self.list_column, self.list_widest, self.list_narrowest)
+        arrays += (self.entry_alive,)
         tests = (self.res_col, self.res_lo, self.res_hi)
         return sum(a.nbytes for a in arrays + tests) + self.pos_of.nbytes
 
     def kill(self, node: int) -> None:
-        """Mark a node's member dead, if it has one. O(1)."""
+        """Mark a node's member dead, and its entries, if it has one. O(its entries)."""
         if node < len(self.pos_of) and self.pos_of[node] >= 0:
-            self.alive[self.pos_of[node]] = False
+            position = self.pos_of[node]
+            self.alive[position] = False
+            self.entry_alive[self.entry_start[position] : self.entry_start[position + 1]] = False
             self.pos_of[node] = -1
             self.dead += 1
 
     def live_nodes(self) -> Ids:
         return self.node[self.alive]
 
-    def match(
-        self, forest: Forest, values: Bounds, present: Mask, exact: ExactTest
-    ) -> tuple[Ids, Ids, Mask]:
-        """(query, node, covers) of this part's live nodes that hold for the
-        point profiles (`EqualityIndex.match`)."""
+    def found(self, values: Bounds, present: Mask, exact: ExactTest) -> _Found:
+        """The members of this part that hold for the point profiles
+        (`EqualityIndex.match`): runs of members that need no test, and the
+        tested ones that passed; dead members left in the runs."""
         columns = self.columns
         n_queries = values.shape[1]
         values, present = values[:columns], present[:columns]
@@ -327,64 +464,142 @@ class _Part:
         stops.append(self.list_end[at[ok]])
         owners.append(owner_at[ok])
         lists.append(at[ok])
-        # range lists: the run of members whose sort bound the value passes
-        if len(self.range_lists):
-            ranged, asking = np.nonzero(present[self.range_column])
-            value = values[self.range_column[ranged], asking]
-            form = self.range_form[ranged]
-            low = np.where(form == 1, value, value - self.range_widest[ranged])
-            low = np.where(form == 0, -np.inf, low)
-            high = np.where(form == 1, np.inf, value)
-            which = self.range_lists[ranged]
-            begin, end = self.list_start[which], self.list_end[which]
-            first = segments.search(self.sort, begin, end, low, right=False)
-            last = segments.search(self.sort, first, end, high, right=True)
-            starts.append(first)
+        # range lists: every profile's lists of its present columns, and the lists
+        # under each of its values of their present columns
+        flat = np.concatenate([values, np.zeros((1, n_queries))]).ravel()
+        uncertain = []
+        for which, asking in self._range_lists(keys[:columns], owner[:columns], present):
+            sure_from, last, doubt = self._cut(which, asking, values)
+            starts.append(sure_from)
             stops.append(last)
             owners.append(asking)
             lists.append(which)
+            uncertain.append(doubt)
         start, stop, owner = map(np.concatenate, (starts, stops, owners))
         length = np.maximum(stop - start, 0)
         settled = self.list_settled[np.concatenate(lists)]
-        sure = self._runs(start[settled], length[settled], owner[settled])
+        sure = (start[settled], length[settled], owner[settled])
         positions, queries = self._runs(start[~settled], length[~settled], owner[~settled])
+        u_start, u_length, u_owner, u_list, u_value = (
+            np.concatenate([u[i] for u in uncertain]) if uncertain else _NO_DOUBT[i]
+            for i in range(5)
+        )
+        if len(u_start):
+            u_positions, u_queries = self._runs(u_start, u_length, u_owner)
+            passed = self.bound_hi[u_positions] >= np.repeat(u_value, u_length)
+            u_settled = np.repeat(self.list_settled[u_list], u_length)[passed]
+            u_positions, u_queries = u_positions[passed], u_queries[passed]
+            sure = (
+                np.concatenate([sure[0], u_positions[u_settled]]),
+                np.concatenate([sure[1], np.ones(int(u_settled.sum()), dtype=np.int64)]),
+                np.concatenate([sure[2], u_queries[u_settled]]),
+            )
+            positions = np.concatenate([positions, u_positions[~u_settled]])
+            queries = np.concatenate([queries, u_queries[~u_settled]])
         if self.dead:
             alive = self.alive[positions]
             positions, queries = positions[alive], queries[alive]
-        # The residual bounds, a test slot at a time, on the members left. A
-        # missing attribute's value is inf, above every constrained high bound
-        # (at most MAX): the test of its column fails, so presence needs none.
-        flat = np.concatenate([values, np.zeros((1, n_queries))]).ravel()
+        # The residual bounds, a test slot at a time, on the candidates still
+        # standing (`at`). A missing attribute's value is inf, above every
+        # constrained high bound (at most MAX): the test of its column fails, so
+        # presence needs none. A member's slots past its tests are the dummy
+        # column, which every value passes: no candidate needs to leave early.
         tests = self.tests[positions]
+        keep = tests == 0
+        at = np.flatnonzero(~keep)
         for t in range(self.res_col.shape[0]):
-            more = tests > t
-            if not more.any():
+            if not len(at) or t and t >= int(tests[at].max()):
                 break
-            at = np.flatnonzero(more)
             p = positions[at]
             v = flat[self.res_col[t, p] * n_queries + queries[at]]
-            fail = (self.res_lo[t, p] > v) | (v > self.res_hi[t, p])
-            if fail.any():
-                drop = np.ones(len(positions), dtype=bool)
-                drop[at[fail]] = False
-                positions, queries, tests = positions[drop], queries[drop], tests[drop]
-        nodes = self.node[positions]
-        covers = np.ones(len(nodes), dtype=bool)
+            at = at[(self.res_lo[t, p] <= v) & (v <= self.res_hi[t, p])]
+        keep[at] = True
+        positions, queries = positions[keep], queries[keep]
+        covers = np.ones(len(positions), dtype=bool)
         inexact = np.flatnonzero(self.exact[positions])
         if len(inexact):
-            keep = np.ones(len(nodes), dtype=bool)
+            keep = np.ones(len(positions), dtype=bool)
             for i in inexact.tolist():
-                keep[i], covers[i] = exact(int(queries[i]), int(nodes[i]))
-            queries, nodes, covers = queries[keep], nodes[keep], covers[keep]
-        sure_positions, sure_queries = sure
+                keep[i], covers[i] = exact(int(queries[i]), int(self.node[positions[i]]))
+            positions, queries, covers = positions[keep], queries[keep], covers[keep]
+        return sure, (positions, queries, covers)
+
+    def match(
+        self, forest: Forest, values: Bounds, present: Mask, exact: ExactTest
+    ) -> tuple[Ids, Ids, Mask]:
+        """(query, node, covers) of this part's live nodes that hold for the
+        point profiles (`EqualityIndex.match`)."""
+        sure, (positions, queries, covers) = self.found(values, present, exact)
+        sure_positions, sure_queries = self._runs(*sure)
         if self.dead:
             alive = self.alive[sure_positions]
             sure_positions, sure_queries = sure_positions[alive], sure_queries[alive]
         return (
             np.concatenate([sure_queries, queries]),
-            np.concatenate([self.node[sure_positions], nodes]),
+            np.concatenate([self.node[sure_positions], self.node[positions]]),
             np.concatenate([np.ones(len(sure_positions), dtype=bool), covers]),
         )
+
+    def entry_runs(self, values: Bounds, present: Mask, exact: ExactTest) -> tuple[Ids, Ids, Ids]:
+        """The runs of `entry_value` that hold for the point profiles, as
+        (query, start, length): a run of members is one run of their entries.
+        Dead members' entries left in (`entry_alive` says which)."""
+        (start, length, owner), (positions, queries, _) = self.found(values, present, exact)
+        at = self.entry_start
+        first = np.concatenate([at[start], at[positions]])
+        stop = np.concatenate([at[start + length], at[positions + 1]])
+        return np.concatenate([owner, queries]), first, stop - first
+
+    def _range_lists(
+        self, codes: list[Ids], owner: list[Ids], present: Mask
+    ) -> list[tuple[Ids, Ids]]:
+        """The range lists the point profiles read, as (list, query) arrays:
+        every profile's lists of the columns it has, and the lists under each
+        value it has (`codes`, `owner`: the values' codes and queries) of the
+        columns it has."""
+        out = []
+        if len(self.range_lists):
+            ranged, asking = np.nonzero(present[self.list_column[self.range_lists]])
+            out.append((self.range_lists[ranged], asking))
+        if len(self.value_lists):
+            code, asking = np.concatenate(codes), np.concatenate(owner)
+            first, last = self.value_first[code], self.value_first[code + 1]
+            under = run_positions(first, last - first)
+            asking = np.repeat(asking, last - first)
+            which = self.value_lists[under]
+            has = present[self.list_column[which], asking]
+            out.append((which[has], asking[has]))
+        return out
+
+    def _cut(
+        self, which: Ids, asking: Ids, values: Bounds
+    ) -> tuple[Ids, Ids, tuple[Ids, Ids, Ids, Ids, np.ndarray]]:
+        """Each range list's run of members whose sort bound the query's value
+        passes, as [sure_from, last) of members that hold on the list's column,
+        and the runs before them whose high bound is in doubt (the members of a
+        two-sided form whose low bound is farther below the value than the
+        list's narrowest width): (start, length, query, list, value)."""
+        value = values[self.list_column[which], asking]
+        form = self.list_form[which]
+        low = np.where(form == 1, value, value - self.list_widest[which])
+        low = np.where(form == 0, -np.inf, low)
+        high = np.where(form == 1, np.inf, value)
+        begin, end = self.list_start[which], self.list_end[which]
+        first = segments.search(self.sort, begin, end, low, right=False)
+        last = segments.search(self.sort, first, end, high, right=True)
+        two = np.flatnonzero(form >= 2)
+        if not len(two):
+            return first, last, _NO_DOUBT
+        sure_from = first.copy()
+        sure_from[two] = segments.search(
+            self.sort,
+            first[two],
+            last[two],
+            _sure_low(value[two], self.list_narrowest[which[two]]),
+            right=False,
+        )
+        doubt = (first[two], sure_from[two] - first[two], asking[two], which[two], value[two])
+        return sure_from, last, doubt
 
     @staticmethod
     def _runs(start: Ids, length: Ids, owner: Ids) -> tuple[Ids, Ids]:
