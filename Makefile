@@ -22,10 +22,11 @@ demo: install
 	$(BIN)/tsm demo
 
 # Two workers (pytest-xdist): the integration tests in two lanes, one a worker,
-# each one test at a time (tests/conftest.py); the unit tests after them.
+# each one test at a time (tests/conftest.py); the unit tests after them. The
+# slowest tests are listed at the end (the suite must stay under 30 minutes).
 test: install
 	$(BIN)/ruff check .
-	$(BIN)/pytest -q -n 2
+	$(BIN)/pytest -q -n 2 --durations=30
 
 # The unit tests and the quicker integration tests: all but those marked `slow`.
 test-fast: install
