@@ -378,11 +378,10 @@ class SpaceMatcher:
         last = [((mark, n) if tuple_keys else f"{mark}{n:09d}", e) for n, e in enumerate(made)]
         return events + last
 
-    def _make(self, event: str, reason: str, sub: Held, prof: Held, ts: int) -> Any:
-        """An event as the writer (or `event_dict`) makes it, never held back."""
-        if self._writer is not None:
-            return self._writer(event, reason, sub, prof, ts)
-        return event_dict(self.space, event, reason, sub, prof, ts)
+    def _make(self, items: list[tuple[str, str, Held, Held]], ts: int) -> list[Any]:
+        """The delivery layer's events `(event, reason, sub, prof)` at `ts` as the writer
+        (or `event_dicts`) makes them, never held back, in order."""
+        return _written_by_profile(items, lambda e, r, subs, p: self._made(e, r, subs, p, ts))
 
     def _disagreement(self, rec: Subscribe) -> str | None:
         """Why a subscribe's `delivery` is refused (a held member of its group other
@@ -681,18 +680,11 @@ class SpaceMatcher:
         """`(id, event, sub, prof)` as `(id, event record)`, in order, the records of each
         (event, profile) written at once (`_write`: an upserted profile's updates are the
         tracking workload's most records)."""
-        groups: dict[tuple[str, int], tuple[list[int], list[Held], Held]] = {}
-        for at, (_, event, sub, prof) in enumerate(pairs):
-            group = groups.get((event, id(prof)))
-            if group is None:
-                group = groups[event, id(prof)] = ([], [], prof)
-            group[0].append(at)
-            group[1].append(sub)
-        out: list = [None] * len(pairs)
-        for (event, _), (places, subs, prof) in groups.items():
-            for at, record in zip(places, self._write(event, reason, subs, prof, ts), strict=True):
-                out[at] = (pairs[at][0], record)
-        return out
+        records = _written_by_profile(
+            [(event, reason, sub, prof) for _, event, sub, prof in pairs],
+            lambda e, r, subs, p: self._write(e, r, subs, p, ts),
+        )
+        return [(pair[0], record) for pair, record in zip(pairs, records, strict=True)]
 
     def _profile_events(
         self, event: str, reason: str, subs: dict[str, Held], prof: Held, ts: int
@@ -714,12 +706,38 @@ class SpaceMatcher:
                 raw += [(event, reason, sub, prof) for sub in subs]
                 return [_HELD_BACK] * len(subs)
             return [self._event(event, reason, sub, prof, ts) for sub in subs]
+        return self._made(event, reason, subs, prof, ts)
+
+    def _made(self, event: str, reason: str, subs: list[Held], prof: Held, ts: int) -> list:
+        """The records of `prof` with each of `subs`, by the writer's `many` if it has one,
+        never held back."""
         if self._writer is None:
             return event_dicts(self.space, event, reason, subs, prof, ts)
         many = getattr(self._writer, "many", None)
         if many is not None:
             return many(event, reason, subs, prof, ts)
-        return [self._event(event, reason, sub, prof, ts) for sub in subs]
+        return [self._writer(event, reason, sub, prof, ts) for sub in subs]
+
+
+def _written_by_profile(
+    items: list[tuple[str, str, Held, Held]],
+    write: Callable[[str, str, list[Held], Held], list],
+) -> list:
+    """The records of `items` (`(event, reason, sub, prof)`), in order, `write` called
+    once per (event, reason, profile) with its subscriptions in order: what a profile's
+    records share is made once. O(items)."""
+    groups: dict[tuple[str, str, int], tuple[list[int], list[Held], Held]] = {}
+    for at, (event, reason, sub, prof) in enumerate(items):
+        group = groups.get((event, reason, id(prof)))
+        if group is None:
+            group = groups[event, reason, id(prof)] = ([], [], prof)
+        group[0].append(at)
+        group[1].append(sub)
+    out: list = [None] * len(items)
+    for (event, reason, _), (places, subs, prof) in groups.items():
+        for at, record in zip(places, write(event, reason, subs, prof), strict=True):
+            out[at] = record
+    return out
 
 
 def input_partition(item: Input) -> Hashable:

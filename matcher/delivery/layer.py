@@ -33,7 +33,9 @@ from matcher.delivery.sustain import DELIVERED, LEAVING, OFF, ON, PENDING, Pair
 from matcher.held import Held
 
 Key = tuple[str, str]  # (subscription id, profile id)
-Emit = Callable[[str, str, Held, Held, int], Any]
+# The records of a step's `(event, reason, sub, prof)` at `ts`, in order (made at once:
+# a profile's records share what they tell of it).
+Emit = Callable[[list[tuple[str, str, Held, Held]], int], list[Any]]
 _SEP = "\x1f"
 _FIRST = itemgetter(0)
 _TIMED = (PENDING, LEAVING)
@@ -299,7 +301,7 @@ class Delivery:
                 pair = pairs[sid, pid] = Pair(ON, None, reason, True, True, True, group, sent)
                 told.append((sid, sub, pair))
         told.sort(key=_FIRST)
-        return [emit("match", pair.reason, sub, prof, ts) for _, sub, pair in told]
+        return emit([("match", pair.reason, sub, prof) for _, sub, pair in told], ts)
 
     def fire(
         self, until: int, subs: Mapping[str, Held], profiles: Mapping[str, Held], emit: Emit
@@ -349,15 +351,15 @@ class Delivery:
             sub, prof = subs[sid], profiles[pid]
             if pair.phase == ON:
                 if not pair.told:
-                    out.append(emit("match", pair.reason, sub, prof, t))
+                    out.append(("match", pair.reason, sub, prof))
                     pair.told, pair.sent = True, _sent(sub, prof)
             elif pair.told:
-                out.append(emit("unmatch", pair.reason, sub, prof, t))
+                out.append(("unmatch", pair.reason, sub, prof))
                 pair.told, pair.sent = False, None
             dirty.add(("p", sid, pid))
             if pair.phase == OFF and not pair.told and not pair.holds:
                 self._remove(key)
-        return out
+        return emit(out, t)
 
     # -- what the subscribers get --------------------------------------------------
 
@@ -397,19 +399,19 @@ class Delivery:
                 )
                 before_prof = cause.old if cause.kind == "profile" and pid == cause.ident else prof
                 reason = "changed" if now or pair.phase in DELIVERED else pair.reason
-                out.append(emit("unmatch", reason, before_sub, before_prof, cause.ts))
+                out.append(("unmatch", reason, before_sub, before_prof))
                 pair.told, pair.group, pair.sent, retold = False, None, None, now
             if now and not pair.told:
                 reason = "replaced" if key in replaced else "changed" if retold else pair.reason
-                out.append(emit("match", reason, sub, prof, cause.ts))
+                out.append(("match", reason, sub, prof))
                 pair.told, pair.group, pair.sent = True, group, _sent(sub, prof)
             elif now and pair.holds and self._updates(cause, pair, sub, prof):
-                out.append(emit("update", cause.reason, sub, prof, cause.ts))
+                out.append(("update", cause.reason, sub, prof))
                 pair.sent = _sent(sub, prof)
             self._dirty.add(("p", sid, pid))
             if pair.phase == OFF and not pair.told and not pair.holds:
                 self._remove(key)
-        return out
+        return emit(out, cause.ts)
 
     @staticmethod
     def _updates(cause: Cause, pair: Pair, sub: Held, prof: Held) -> bool:
