@@ -561,7 +561,7 @@ class SubscriptionCells:
             keep[at] = ok
             counts[runs] = np.add.reduceat(ok, np.cumsum(run_length) - run_length, dtype=np.int64)
         if keep is not None:
-            entries = entries[keep]
+            entries = np.compress(keep, entries)  # (faster than a mask index)
         per_query = np.bincount(which, weights=counts, minlength=len(queries)).astype(np.int64)
         return per_query, entries
 
