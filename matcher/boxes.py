@@ -128,6 +128,34 @@ class Dims:
                 bounds[col] = (float(code), float(code))
         return bounds
 
+    def profile_matrix(self, profiles: list[Profile]) -> tuple[np.ndarray, np.ndarray]:
+        """`matrix` of the profiles' boxes on these dims' columns (`profile_box`
+        without `grow`: the attributes no column has are left out), filled in
+        one pass, without a box per profile. O(columns × profiles + attributes)."""
+        columns, n = self.columns, len(profiles)
+        lo, hi = [PROFILE_FILL[0]] * (len(columns) * n), [PROFILE_FILL[1]] * (len(columns) * n)
+        column_of, codes = columns.get, self.codes
+        for i, profile in enumerate(profiles):
+            for attr, value in profile.attrs.items():
+                if isinstance(value, tuple):
+                    col = column_of((attr, NUM))
+                    if col is not None:
+                        lo[col * n + i], hi[col * n + i] = value
+                    continue
+                if isinstance(value, bool):
+                    col, low = column_of((attr, BOOL)), float(value)
+                elif isinstance(value, frozenset):
+                    col, low = column_of((attr, TAGS)), 0.0
+                else:
+                    col = column_of((attr, STR))
+                    if col is None:
+                        continue
+                    code = codes.get(value)
+                    low = float(code) if code is not None else self.code(value)
+                if col is not None:
+                    lo[col * n + i] = hi[col * n + i] = low
+        return np.array(lo).reshape(-1, n), np.array(hi).reshape(-1, n)
+
     def matrix(
         self, boxes: list[dict[int, tuple[float, float]]], fill: tuple[float, float]
     ) -> tuple[np.ndarray, np.ndarray]:

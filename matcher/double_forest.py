@@ -401,7 +401,7 @@ class DoubleForest:
         entry_map = self.entry_slot[: self.n_entries]
         if slot_map is not None:
             entry_map = np.take(slot_map, entry_map.astype(np.intp))
-        found = np.take(entry_map, routed.entries.astype(np.intp))
+        found = entry_map[routed.entries]  # (indexing takes int32 positions without a copy)
         out = [found[:0]] * n
         cut = np.r_[0, np.cumsum(routed.counts)].tolist()
         for query, a, b in zip(routed.answered.tolist(), cut, cut[1:], strict=False):
@@ -457,8 +457,7 @@ class DoubleForest:
 
     def _profile_matrix(self, profiles: list[Profile]) -> tuple[Bounds, Bounds]:
         """The profiles' boxes over the subscription columns, (columns × profiles)."""
-        boxes = [self.dims.profile_box(p, grow=False) for p in profiles]
-        return self.dims.matrix(boxes, PROFILE_FILL)
+        return self.dims.profile_matrix(profiles)
 
     def _descend_profiles(
         self,

@@ -115,7 +115,7 @@ class ProfileCells:
         self.profiles.extend([None] * (top - len(self.profiles)))
         for slot, profile in zip(slots, profiles, strict=True):
             self.profiles[slot] = profile
-        lo, hi = dims.matrix([dims.profile_box(p, grow=False) for p in profiles], PROFILE_FILL)
+        lo, hi = dims.profile_matrix(profiles)
         lo, hi = lo[: self.columns], hi[: self.columns]
         keys, fits = self.grid.keys(lo, hi)
         cells = np.full(len(slots), OUTSIDE, dtype=np.int64)

@@ -520,37 +520,48 @@ class SubscriptionCells:
             )
         length = np.maximum(stop - start, 0)
         positions = run_positions(start, length)
-        entries = self.pool["entry"][positions]
+        entries = np.take(self.pool["entry"], positions)
         offset = np.cumsum(length) - length
-        keep = None
-        corner = np.flatnonzero((self.group_column2[group] >= 0) & (length > 0))
-        mixed = np.flatnonzero((group == self.mixed) & (length > 0))
-        if len(corner) or len(mixed):
-            keep = np.ones(len(positions), dtype=bool)
-        if len(corner):
-            at = run_positions(offset[corner], length[corner])
-            keep[at] = self._corner_test(
-                query_lo, query_hi, positions[at], query[corner], group[corner], length[corner]
-            )
-        if len(mixed):
-            at = run_positions(offset[mixed], length[mixed])
-            mixed_queries = np.repeat(query[mixed], length[mixed])
-            keep[at] = self._mixed_test(
-                query_lo,
-                query_hi,
-                mixed_queries,
-                entries[at],
-                slots[which[mixed]],
-                forest,
-                covers,
-                exact,
-            )
+        # The corner runs (one test per second bound's side) and the mixed ones
+        # are tested; `keep` marks their failures, `counts` their runs' passes.
         counts = length
+        keep = None
+        has_second = (self.group_column2[group] >= 0) & (length > 0)
+        high2 = self.group_high2[group]
+        parts = [np.flatnonzero(has_second & ~high2), np.flatnonzero(has_second & high2)]
+        parts.append(np.flatnonzero((group == self.mixed) & (length > 0)))
+        for part, runs in enumerate(parts):
+            if not len(runs):
+                continue
+            if keep is None:
+                keep, counts = np.ones(len(positions), dtype=bool), length.copy()
+            run_length = length[runs]
+            at = run_positions(offset[runs], run_length)
+            if part < 2:
+                ok = self._corner_test(
+                    query_lo,
+                    query_hi,
+                    np.take(positions, at),
+                    query[runs],
+                    group[runs],
+                    run_length,
+                    high=part == 1,
+                )
+            else:
+                ok = self._mixed_test(
+                    query_lo,
+                    query_hi,
+                    np.repeat(query[runs], run_length),
+                    np.take(entries, at),
+                    slots[which[runs]],
+                    forest,
+                    covers,
+                    exact,
+                )
+            keep[at] = ok
+            counts[runs] = np.add.reduceat(ok, np.cumsum(run_length) - run_length, dtype=np.int64)
         if keep is not None:
-            entries = entries[keep]
-            counts = np.zeros(len(length), dtype=np.int64)
-            some = np.flatnonzero(length > 0)
-            counts[some] = np.add.reduceat(keep, offset[some], dtype=np.int64)
+            entries = np.compress(keep, entries)  # (faster than a mask index)
         per_query = np.bincount(which, weights=counts, minlength=len(queries)).astype(np.int64)
         return per_query, entries
 
@@ -580,16 +591,24 @@ class SubscriptionCells:
         query: Ids,
         group: Ids,
         length: Ids,
+        *,
+        high: bool,
     ) -> Mask:
-        """Which members of runs of corner groups hold on their second key (kept
-        beside the first, read contiguously). O(members)."""
-        high2 = self.group_high2[group]
+        """Which members of runs of corner groups whose second key is a `high`
+        bound (or a low one) hold on it (kept beside the first, read
+        contiguously): a low bound up to the query's bound, a high one from it.
+        O(members)."""
         value = self._bound(
-            query_lo, query_hi, self.group_column2[group], query, high2, self.group_covers[group]
+            query_lo,
+            query_hi,
+            self.group_column2[group],
+            query,
+            np.full(len(group), high),
+            self.group_covers[group],
         )
-        key2 = self.pool["key2"][positions]
-        value, high2 = np.repeat(value, length), np.repeat(high2, length)
-        return np.where(high2, key2 >= value, key2 <= value)
+        key2 = np.take(self.pool["key2"], positions)
+        value = np.repeat(value, length)
+        return np.greater_equal(key2, value) if high else np.less_equal(key2, value)
 
     def _mixed_test(
         self,
