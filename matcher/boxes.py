@@ -154,7 +154,7 @@ class Dims:
                     low = float(code) if code is not None else self.code(value)
                 if col is not None:
                     lo[col * n + i] = hi[col * n + i] = low
-        return np.array(lo).reshape(-1, n), np.array(hi).reshape(-1, n)
+        return np.array(lo).reshape(len(columns), n), np.array(hi).reshape(len(columns), n)
 
     def matrix(
         self, boxes: list[dict[int, tuple[float, float]]], fill: tuple[float, float]

@@ -36,3 +36,10 @@ def test_profile_matrix_puts_each_value_in_its_column_and_leaves_out_the_rest():
     ]
     assert dims.codes == {"bus": 0, "tram": 1}
     assert len(dims) == 4  # (no column grows for the attributes left out)
+
+
+def test_an_empty_batch_is_a_matrix_of_no_profiles() -> None:
+    dims = Dims()
+    dims.column("speed", NUM)
+    lo, hi = dims.profile_matrix([])
+    assert lo.shape == hi.shape == (1, 0)

@@ -17,7 +17,7 @@ from functools import partial
 
 import numpy as np
 
-from matcher.boxes import FILTER_FILL, PROFILE_FILL, Dims
+from matcher.boxes import FILTER_FILL, Dims
 from matcher.constraints import Conjunction
 from matcher.engines.pattern_index import PatternIndex
 from matcher.forest import Forest
@@ -175,8 +175,7 @@ class GatedFilters:
         """(profile index, gate, covers) of every rest a profile overlaps: one
         descent of the rests' forest."""
         forest = self.forest
-        boxes = [self.dims.profile_box(p, grow=False) for p in profiles]
-        query_lo, query_hi = self.dims.matrix(boxes, PROFILE_FILL)
+        query_lo, query_hi = self.dims.profile_matrix(profiles)
 
         def exact(query: int, node: int) -> tuple[bool, bool]:
             rest = forest.keys[node]
