@@ -78,7 +78,7 @@ def session(
     On a cluster (`master` not `local`), the executors are as `executors` asks
     (default `Executors()`), and the job's code goes to them as its package
     (`streaming.shipping`)."""
-    from streaming import shipping
+    from streaming import class_archive, shipping
 
     executors = executors or shipping.Executors()
     cluster = shipping.is_cluster(master)
@@ -99,6 +99,9 @@ def session(
     # key's snapshot (about 1 KB a subscription) several times over while it
     # writes it; Spark's default 1 GB runs out at about 100k subscriptions.
     builder = builder.config("spark.driver.memory", "4g")
+    java_options = class_archive.driver_java_options()
+    if java_options:  # (Spark's classes mapped from one file: a quicker start)
+        builder = builder.config("spark.driver.extraJavaOptions", java_options)
     settings = session_settings(config)
     if cluster:
         settings |= executors.settings(config.shuffle_partitions)
