@@ -97,10 +97,11 @@ def test_contenders_agree_with_a_naive_loop(seed: int) -> None:
 @pytest.mark.slow
 def test_quick_bench_runs_and_agrees(tmp_path, capsys) -> None:
     out = tmp_path / "matcher.json"
-    assert tsm(["bench", "matcher", "--quick", "--json", str(out)]) == 0
+    # (one workload: the quick plan's others run the same code, at twice the time)
+    assert tsm(["bench", "matcher", "--quick", "--workloads", "uniform", "--json", str(out)]) == 0
     result = json.loads(out.read_text())
     rows = result["rows"]
-    assert {r["workload"] for r in rows} == {"uniform", "nested"}
+    assert {r["workload"] for r in rows} == {"uniform"}
     assert {r["size"] for r in rows} == {1000, 10000}
     measured = [r for r in rows if "skipped" not in r and "partial" not in r]
     assert {r["contender"] for r in measured} >= {"brute-force", "double-forest", "r-tree"}
@@ -108,7 +109,7 @@ def test_quick_bench_runs_and_agrees(tmp_path, capsys) -> None:
     # the poset, too slow to build whole at 10k in the quick budget, still
     # gets update rates over what it built
     partial = [r for r in rows if "partial" in r]
-    assert all(r["insert_per_s"] > 0 and r["delete_per_s"] > 0 for r in partial)
+    assert partial and all(r["insert_per_s"] > 0 and r["delete_per_s"] > 0 for r in partial)
     readme = (tmp_path / "README.md").read_text()
     assert "| target |" in readme and list(tmp_path.glob("*.png"))
     assert "MISMATCH" not in capsys.readouterr().err

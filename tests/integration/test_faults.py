@@ -415,7 +415,9 @@ def test_twenty_kills_lose_nothing(bootstrap, new_topic, backlog, tmp_path):
 
     Every other kill falls in the start (the JVM's, the session's, the query's, the
     first batch's planning and Python workers), the others in the two batches after
-    the first one a run finishes (reading, state, writing, commit)."""
+    the first one a run finishes (reading, state, writing, commit). The last run,
+    not killed, reads the rest of the backlog in batches of 1,000 (a batch size
+    changed across a restart, as an operator may change it)."""
     topics = backlog.topics(new_topic)
     # (60 batches: a run killed after its first batch reads at most three, so twenty
     # kills cannot reach the end of the backlog before the last one)
@@ -439,8 +441,10 @@ def test_twenty_kills_lose_nothing(bootstrap, new_topic, backlog, tmp_path):
                 time.sleep(rng.uniform(0, startup))
         assert job.running(), f"the job ended before kill {kill + 1}:\n{job.log()}"
         job.kill()
-    final = JobProcess(bootstrap, config, checkpoint, *flags, log_path=tmp_path / "final.log")
+    rest = [*flags, "--max-records-per-trigger", "1000"]
+    final = JobProcess(bootstrap, config, checkpoint, *rest, log_path=tmp_path / "final.log")
     assert final.wait(600) == 0, final.log()
+    assert "writes exactly once" in final.log()
     first = batches_done(final)[0]
     assert first > 10, final.log()  # (the kills were spread over the backlog)
     print(
