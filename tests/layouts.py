@@ -22,8 +22,6 @@ def lists(tiny: bool) -> AbstractContextManager:
         CHUNK=3,
         BLOCKED=4,
         BLOCK=2,
-        BLOCK_MAX=4,
-        BLOCK_GROWTH=2,
         FINITE_SHARE=0.2,
         SCAN_SHARE=0,
         FEW=3,

@@ -390,8 +390,7 @@ def test_inserts_sort_long_root_lists_into_runs(seed):
     import random
 
     rng = random.Random(seed)
-    # (blocks of one size: at larger ones this list is too short for several runs)
-    with layouts.lists(True), patch.object(tuning, "BLOCK_MAX", tuning.BLOCK):
+    with layouts.lists(True):
         df, subs, profiles, merged = DoubleForest(), {}, {}, False
         for i in range(300):
             x, y = rng.randint(0, 12), rng.randint(0, 12)
@@ -408,61 +407,6 @@ def test_inserts_sort_long_root_lists_into_runs(seed):
                 df.check_invariants()
                 _probe(df, subs, profiles, [(box, False)])
         assert merged, "the root list was never kept in several runs"
-
-
-@pytest.mark.parametrize("seed", range(2))
-def test_block_size_follows_the_list_length_both_ways(seed):
-    """A root list grows past the lengths where its blocks double (tiny
-    layout: 2 or 4 children) and shrinks below them again; each sort of
-    the whole list takes the size for its length, the runs after it keep it,
-    and both relations match like brute force at every size."""
-    import random
-
-    from matcher.forest.wide_list import block_size_for
-
-    rng = random.Random(seed)
-    with layouts.lists(True):
-        df, subs, profiles, seen = DoubleForest(), {}, {}, set()
-
-        def step(i: int) -> None:
-            for forest in (df.sub_forest, df.profile_forest):
-                wide = forest.wide_lists.get(ROOT)
-                if wide is not None and wide.block_count:
-                    seen.add(wide.block_size)
-                    assert wide.block_size in (2, 4)
-            if i % 11 == 10 or len(subs) < 16:  # (a short list's blocks: at each length)
-                df.check_invariants()
-                x, y = rng.randint(0, 40), rng.randint(0, 40)
-                _probe(df, subs, profiles, [(((x, x + 3), (y, y + 3)), i % 2 == 0)])
-
-        for i in range(160):  # (grows: runs, and whole sorts at every size)
-            x, y = rng.randint(0, 40), rng.randint(0, 40)
-            box = ((x, x + rng.randint(0, 5)), (y, y + rng.randint(0, 5)))
-            subs[df.add_subscription(i, [conj(_box_filter(box))], False, 0, OPEN)] = conj(
-                _box_filter(box)
-            )
-            p = Profile({"x": list(box[0]), "y": list(box[1])})
-            profiles[df.add_profile(i, p, 0, OPEN)] = p
-            step(i)
-        grown = set(seen)
-        seen.clear()
-        for i in range(160, 317):  # (shrinks: whole sorts after removals loosen the boxes)
-            slot = rng.choice(sorted(subs))
-            df.remove_subscription(slot)
-            del subs[slot]
-            slot = rng.choice(sorted(profiles))
-            df.remove_profile(slot)
-            del profiles[slot]
-            step(i)
-        assert grown == {2, 4} and 2 in seen, (grown, seen)
-    assert [block_size_for(n) for n in (4095, 32767, 32768, 131071, 131072, 524288)] == [
-        512,
-        512,
-        1024,
-        1024,
-        2048,
-        4096,
-    ]
 
 
 def test_grouped_answers_of_popular_nodes() -> None:

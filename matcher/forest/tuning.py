@@ -25,11 +25,7 @@ FEW_GATHERED = 256  # ... and from this many when the boxes are gathered by posi
 # -- sorted blocks of a wide list (matcher.forest.wide_list) --
 BLOCKED = 4096  # a child list this long is also indexed by sorted blocks (and a
 # filter batch against this many boxes is chunked by sets of constrained columns)
-BLOCK = 512  # children per block, at least ...
-BLOCK_MAX = 4096  # ... and at most: a sort of the whole list takes the largest power of
-BLOCK_GROWTH = 32  # two times BLOCK whose square is at most BLOCK_GROWTH times the list's
-# length (at least size / BLOCK_GROWTH blocks): a longer list meets its queries in more
-# blocks, and larger ones test more boxes a call but make fewer calls
+BLOCK = 512  # children per block
 SETTLED = 16384  # a child list this long is kept in blocks by inserts too
 RUN = 8  # an insert sorts the unsorted tail into a run of blocks this long
 RATIO = 4  # a run is merged into the one before it while that is under RATIO times as long

@@ -8,11 +8,9 @@ order, so that scanning it is a brute-force scan over contiguous rows.
 A list of BLOCKED children or more is also cut into blocks of `block_size`
 children in Sort-Tile-Recursive order (the packed R-tree's bulk load), each
 with its bounding box (the min of its lows, the max of its highs), so that a
-query skips the blocks it misses. The block size grows with the list
-(`block_size_for`): it is chosen whenever the whole list is sorted, and kept
-while runs are sorted after the blocks before them. Children appended since
-the last sort form an unsorted tail that every query scans; once it
-outgrows an eighth of the list, the list is sorted again. A removal moves the last child into the
+query skips the blocks it misses. Children appended since the last sort form
+an unsorted tail that every query scans; once it outgrows an eighth of the
+list, the list is sorted again. A removal moves the last child into the
 hole, and that block's box is widened to hold it before the boxes are read
 next (a batch of removals pays one vector pass, not four numpy calls each):
 boxes stay conservative, and once there have been more such widenings than
@@ -52,11 +50,9 @@ class WideList:
     are indexed, and once the widenings `moved` asks for are applied (before
     any read of them), each block's box holds every child in it and its inner
     box lies inside every child's (both may be looser than exact, never
-    tighter); every block has `block_size` children, the size the last sort
-    of the whole list chose; `runs` are the first blocks of the sorted runs,
-    ascending; `non_points` counts the boxes that are not points;
-    `point_columns` is None since a change, else the list's `PointColumns` or
-    False (not all points).
+    tighter); `runs` are the first blocks of the sorted runs, ascending;
+    `non_points` counts the boxes that are not points; `point_columns` is None
+    since a change, else the list's `PointColumns` or False (not all points).
     """
 
     __slots__ = (
@@ -252,8 +248,6 @@ class WideList:
         block stays tail), through `reorder(order, at)`, which permutes the
         child list from position `at` to match."""
         self._widen_moved(first)  # (the blocks before `first` stay; the rest are made anew)
-        if not first:  # (no block stays: the size may change)
-            self.block_size = block_size_for(self.count)
         n, size, at = self.count, self.block_size, first * self.block_size
         lo, hi = self.lo[:, at:n], self.hi[:, at:n]
         order = tiled_order(lo, hi, size)
@@ -288,20 +282,6 @@ class WideList:
         assert (self.block_hi[:, :blocks] >= hi.max(axis=2)).all(), f"{name}: block box"
         assert (self.inner_lo[:, :blocks] >= lo.max(axis=2)).all(), f"{name}: inner box"
         assert (self.inner_hi[:, :blocks] <= hi.min(axis=2)).all(), f"{name}: inner box"
-
-
-def block_size_for(count: int) -> int:
-    """The block size for a list of `count` children: the largest power of
-    two times BLOCK, up to BLOCK_MAX, whose square is at most BLOCK_GROWTH
-    times `count`. O(log(BLOCK_MAX / BLOCK)).
-
-    A query's cost in a list is a matrix test a block it meets plus a fixed
-    cost a call; the blocks a query meets grow with their number, so a
-    longer list pays less in larger blocks."""
-    size = tuning.BLOCK
-    while 2 * size <= tuning.BLOCK_MAX and (2 * size) ** 2 <= tuning.BLOCK_GROWTH * count:
-        size *= 2
-    return size
 
 
 def tiled_order(lo: Bounds, hi: Bounds, size: int) -> Ids | None:
