@@ -462,6 +462,37 @@ def test_filter_queries_meet_every_box_they_meet_whatever_the_chunks(data):
     assert len(got) == len(set(got)) and set(got) == expected
 
 
+@settings(max_examples=200, deadline=None, print_blob=True)
+@given(st.data())
+def test_blocks_tested_together_meet_like_brute_force(data):
+    """`meeting_in_blocks`: (query, block) pairs, blocks with different query
+    counts padded together in tensors of any chunk size, some columns left
+    to the pair-by-pair test: within the pairs' blocks, the (query, box)
+    pairs of a brute-force test, each once."""
+    rng, _, (q_lo, q_hi, _, qs) = _drawn_filters(data, 1)
+    size, blocks = data.draw(st.integers(1, 6)), data.draw(st.integers(1, 8))
+    lo = rng.integers(0, 10, (q_lo.shape[0], size * blocks)).astype(float)
+    hi = lo + rng.integers(0, 4, lo.shape)
+    asked = rng.random((len(qs), blocks)) < data.draw(st.sampled_from([0.2, 0.6, 1.0]))
+    rows, hit_blocks = np.nonzero(asked)
+    order = np.argsort(hit_blocks, kind="stable")
+    tested = rng.permutation(q_lo.shape[0]).tolist()
+    shrunk = {"CHUNK": data.draw(st.integers(1, 120)), "SPARSE": data.draw(st.integers(1, 40))}
+    with patch.multiple(tuning, **shrunk):
+        r, k = box_kernels.meeting_in_blocks(
+            lo, hi, size, qs, rows[order], hit_blocks[order], q_lo, q_hi, tested
+        )
+    got = list(zip(r.tolist(), k.tolist(), strict=True))
+    meet = (q_lo[:, :, None] <= hi[:, None, :]) & (lo[:, None, :] <= q_hi[:, :, None])
+    expected = {
+        (row, box)
+        for row, q in enumerate(qs.tolist())
+        for box in range(size * blocks)
+        if asked[row, box // size] and meet[:, q, box].all()
+    }
+    assert len(got) == len(set(got)) and set(got) == expected
+
+
 @given(st.lists(st.integers(1, 9), max_size=12), st.integers(1, 10))
 def test_chunks_hold_whole_sets_where_they_fit(sizes, step):
     cuts = np.cumsum(sizes).tolist()

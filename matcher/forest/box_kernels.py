@@ -106,6 +106,70 @@ def meeting_pairs(
     return np.concatenate(rows), np.concatenate(cols)
 
 
+def meeting_in_blocks(
+    lo: Bounds,
+    hi: Bounds,
+    size: int,
+    queries: Ids,
+    pair_rows: Ids,
+    pair_blocks: Ids,
+    query_lo: Bounds,
+    query_hi: Bounds,
+    tested: list[int],
+) -> tuple[Ids, Ids]:
+    """Every (query, box) pair whose boxes meet on the `tested` columns, for
+    the (query, block) pairs (`pair_rows` into `queries`, `pair_blocks`,
+    sorted by block) where the boxes are cut into blocks of `size`
+    consecutive ones: as (index into `queries`, index into the boxes), each
+    pair once. O(pairs × size) cells a column while most cells pass, then
+    pair by pair on the survivors.
+
+    Many blocks go through one (block × query × box) tensor test of about
+    CHUNK cells, each block's queries padded to the most among the blocks
+    beside it (blocks are taken in order of their query counts, so that the
+    padding stays small): a few numpy calls for many blocks, where a matrix
+    a block costs its calls' fixed cost for each."""
+    rows, boxes = [np.zeros(0, dtype=np.int64)], [np.zeros(0, dtype=np.int64)]
+    if not len(pair_rows):
+        return rows[0], boxes[0]
+    starts = np.flatnonzero(np.r_[True, pair_blocks[1:] != pair_blocks[:-1]])
+    counts = np.diff(np.r_[starts, len(pair_rows)])
+    by_count = np.argsort(counts, kind="stable")
+    lo3, hi3 = lo.reshape(lo.shape[0], -1, size), hi.reshape(hi.shape[0], -1, size)
+    sorted_counts = counts[by_count].tolist()
+    first = 0
+    with RowBuffer(size):
+        while first < len(by_count):
+            end = first + 1  # (the most blocks whose padded tensor stays within CHUNK)
+            while (
+                end < len(by_count)
+                and (end + 1 - first) * sorted_counts[end] * size <= tuning.CHUNK
+            ):
+                end += 1
+            chosen, most = by_count[first:end], sorted_counts[end - 1]
+            first = end
+            rank = np.arange(most)
+            valid = rank < counts[chosen, None]  # (blocks × most)
+            at = np.minimum(starts[chosen, None] + rank, len(pair_rows) - 1)
+            slot_rows = pair_rows[at]
+            slot_ids, block_ids = queries[slot_rows], pair_blocks[starts[chosen]]
+            hit = np.repeat(valid[:, :, None], size, axis=2)
+            for i, col in enumerate(tested):
+                hit &= query_lo[col][slot_ids][:, :, None] <= hi3[col][block_ids][:, None, :]
+                hit &= lo3[col][block_ids][:, None, :] <= query_hi[col][slot_ids][:, :, None]
+                if i + 1 < len(tested) and tuning.SPARSE * np.count_nonzero(hit) < hit.size:
+                    break
+            else:
+                i = len(tested)
+            cells = np.flatnonzero(hit)
+            pair, box = cells // size, cells % size
+            row, box = slot_rows.reshape(-1)[pair], block_ids[pair // most] * size + box
+            ok = meet_on(tested[i + 1 :], query_lo, query_hi, queries[row], lo, hi, box)
+            rows.append(row[ok])
+            boxes.append(box[ok])
+    return np.concatenate(rows), np.concatenate(boxes)
+
+
 def packed_chunks(set_ends: list[int], n: int, step: int) -> Iterator[tuple[int, int]]:
     """Chunks (start, end) of at most `step` of `n` items in sets that end at
     `set_ends`: a chunk takes whole sets while they fit, and a set too large for
@@ -151,12 +215,26 @@ def meeting_cells(
         else:
             return np.flatnonzero(hit)
     cells = np.flatnonzero(hit)
-    pair_query, pair_box = queries[cells // n], cells % n
-    ok = np.ones(len(cells), dtype=bool)
-    for col in tested[i + 1 :]:
-        ok &= np.take(query_lo[col], pair_query) <= np.take(hi[col], pair_box)
-        ok &= np.take(lo[col], pair_box) <= np.take(query_hi[col], pair_query)
+    ok = meet_on(tested[i + 1 :], query_lo, query_hi, queries[cells // n], lo, hi, cells % n)
     return cells[ok]
+
+
+def meet_on(
+    columns: list[int],
+    query_lo: Bounds,
+    query_hi: Bounds,
+    pair_queries: Ids,
+    lo: Bounds,
+    hi: Bounds,
+    pair_boxes: Ids,
+) -> Mask:
+    """Whether each pair (pair_queries[i], pair_boxes[i]) meets on `columns`,
+    the rest of a matrix test that turned sparse. O(pairs × columns)."""
+    ok = np.ones(len(pair_queries), dtype=bool)
+    for col in columns:
+        ok &= np.take(query_lo[col], pair_queries) <= np.take(hi[col], pair_boxes)
+        ok &= np.take(lo[col], pair_boxes) <= np.take(query_hi[col], pair_queries)
+    return ok
 
 
 def constrained_columns(constrains: Mask, queries: Ids, *, by_use: bool) -> list[int]:

@@ -26,6 +26,8 @@ from matcher.forest import tuning
 from matcher.forest.arrays import Bounds, Ids, Mask
 from matcher.forest.box_kernels import (
     column_plan,
+    constrained_columns,
+    meeting_in_blocks,
     meeting_pairs,
     pairs_meet,
     pairs_nested,
@@ -140,7 +142,8 @@ class Descent:
         matrices: for the root set this is the brute-force scan, column by
         column over contiguous bounds, except that a very long list is kept
         in sorted blocks, and a block whose box a query misses is not
-        scanned for it."""
+        scanned for it (the blocks met, each against its own queries, are
+        tested together in a few tensors: `meeting_in_blocks`)."""
         forest, plan = self.forest, self.plan
         query_lo, query_hi = self.query_lo, self.query_hi
         children, lo, hi = forest.bounds_of_children(node)
@@ -169,26 +172,31 @@ class Descent:
             if len(block_queries) * tuning.SCAN_SHARE > len(queries) * blocks:
                 blocks = 0  # the blocks hardly prune for these queries: one scan costs less
         if blocks:
-            size = wide.block_size
+            cut = blocks * wide.block_size
+            if accepting:  # (accepted queries take every box of every block, untested)
+                tested_pair = ~accept_children[block_queries]
+                block_queries, hit_blocks = block_queries[tested_pair], hit_blocks[tested_pair]
+                everywhere = np.flatnonzero(accept_children)
+                query_positions.append(np.repeat(everywhere, cut))
+                child_positions.append(np.tile(np.arange(cut), len(everywhere)))
             order = np.argsort(hit_blocks, kind="stable")
-            block_queries, hit_blocks = block_queries[order], hit_blocks[order]
-            cut = np.flatnonzero(np.diff(hit_blocks)) + 1
-            firsts = hit_blocks[np.r_[0, cut]].tolist() if len(hit_blocks) else []
-            for part, block in zip(np.split(block_queries, cut), firsts, strict=False):
-                at = block * size
-                in_part, in_block = meeting_pairs(
-                    lo[:, at : at + size],
-                    hi[:, at : at + size],
-                    queries[part],
-                    query_lo,
-                    query_hi,
-                    plan,
-                )
-                if accepting:
-                    everywhere = np.flatnonzero(accept_children[part])
-                    in_part, in_block = with_every_box(in_part, in_block, everywhere, size)
-                query_positions.append(part[in_part])
-                child_positions.append(in_block + at)
+            if plan is None:
+                columns: list[int] = list(range(lo.shape[0]))
+            else:
+                columns = constrained_columns(plan.constrains, queries, by_use=True)
+            at_query, at_child = meeting_in_blocks(
+                lo[:, :cut],
+                hi[:, :cut],
+                wide.block_size,
+                queries,
+                block_queries[order],
+                hit_blocks[order],
+                query_lo,
+                query_hi,
+                columns,
+            )
+            query_positions.append(at_query)
+            child_positions.append(at_child)
         tail = blocks * wide.block_size if blocks else 0  # (`in_tail`: positions from here)
         points = wide.sorted_points() if self.queries_are_filters and wide and not blocks else None
         if points is None:
