@@ -132,7 +132,8 @@ class SpaceMatcher:
         (kind "delivery": its item key and JSON, `Delivery.drain_changes`)."""
         changes, self._changes = self._changes, []
         if self.delivery is not None:
-            changes += [("delivery", key, text) for key, text in self.delivery.drain_changes()]
+            drained = self.delivery.drain_changes(self.subs, self.profiles)
+            changes += [("delivery", key, text) for key, text in drained]
         return changes
 
     def dump(self) -> bytes:

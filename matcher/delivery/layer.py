@@ -12,7 +12,11 @@ State: the pairs (`sustain.Pair`) that hold or are delivered, the chosen
 members per (group, profile), how often each member was served; indexed by
 subscription and by profile; the timers, as a heap of due times and the pairs
 due at each (a profile's pairs share one due time: one heap entry for them
-all). Each step logs the items it changed (`drain_changes`: `(item key, JSON
+all). A pair in the index without a `Pair` is *settled*: on and told, holding by
+the relation, told in its subscription's group (if any), its last record telling
+the versions held (`_settled`); most pairs of a group's chosen members and of
+sustained matches past their dwell are, and keep no object of their own. Each
+step logs the items it changed (`drain_changes`: `(item key, JSON
 or None)`), so that a state store keeps it with the held records' changes and
 `restore` sets it back.
 """
@@ -104,8 +108,11 @@ class Delivery:
         else:
             keys.append(key)
 
-    def drain_changes(self) -> list[tuple[str, str | None]]:
-        """The items changed since the last drain: `(key, JSON or None)`."""
+    def drain_changes(
+        self, subs: Mapping[str, Held], profiles: Mapping[str, Held]
+    ) -> list[tuple[str, str | None]]:
+        """The items changed since the last drain: `(key, JSON or None)`; `subs` and
+        `profiles` those held (a settled pair's versions)."""
         dirty = self._dirty
         for item in [item for item in dirty if item[0] == "P"]:
             dirty.remove(item)
@@ -116,6 +123,8 @@ class Delivery:
             key = _SEP.join(item)
             if kind == "p":
                 pair = self.pairs.get((a, b))
+                if pair is None and b in self.by_sub.get(a, ()):
+                    pair = _settled(subs[a], profiles[b])
                 out.append((key, None if pair is None else json.dumps(pair.to_json())))
             elif kind == "c":
                 chosen = self.chosen.get((a, b))
@@ -134,7 +143,7 @@ class Delivery:
         """Set one item as a logged change says (a state store rebuilding). O(log n)."""
         kind, a, b = key.split(_SEP)
         if kind == "p":
-            if (a, b) in self.pairs:
+            if b in self.by_sub.get(a, ()):
                 self._remove((a, b))
             if text is not None:
                 pair = Pair.from_json(json.loads(text))
@@ -157,7 +166,7 @@ class Delivery:
         self.by_prof.setdefault(key[1], set()).add(key[0])
 
     def _remove(self, key: Key) -> None:
-        del self.pairs[key]
+        self.pairs.pop(key, None)  # (a settled pair has none)
         for index, a, b in ((self.by_sub, *key), (self.by_prof, key[1], key[0])):
             others = index[a]
             others.discard(b)
@@ -205,11 +214,14 @@ class Delivery:
         groups: set[tuple[str, str]] = set()
         for key in touched:
             sid, pid = key
+            sub, prof = subs.get(sid), profiles.get(pid)
             pair = self.pairs.get(key)
             if pair is None:
-                pair = Pair()
-                self._add(key, pair)
-            sub, prof = subs.get(sid), profiles.get(pid)
+                if pid in self.by_sub.get(sid, ()):
+                    pair = self._unsettled(cause, key, sub, prof)
+                else:
+                    pair = Pair()
+                    self._add(key, pair)
             gone = sub is None or prof is None
             if gone:
                 pair.raw = holds = False
@@ -248,9 +260,8 @@ class Delivery:
         members that are on, beyond its k."""
         pid, ts = cause.ident, cause.ts
         prof = profiles[pid]
-        version, valid_to = prof.version, prof.record.valid_to
         pairs, by_sub, dirty, served = self.pairs, self.by_sub, self._dirty, self.served
-        told: list[tuple[str, Held, Pair]] = []  # the pairs delivered now
+        told: list[tuple[str, Held, str]] = []  # the pairs delivered now, their reasons
         groups: dict[str, list[tuple[str, Held, str]]] = {}  # group -> members on, reasons
         for _, reason, sub, _ in raw:
             record = sub.record
@@ -260,11 +271,8 @@ class Delivery:
                 pairs[sid, pid] = Pair(PENDING, due, reason, True, True)
                 self._set_timer(due, (sid, pid))
             elif options.group is None:
-                until = record.valid_to
-                sent = (version, until if until < valid_to else valid_to)
-                pair = pairs[sid, pid] = Pair(ON, None, reason, True, True, True, None, sent)
-                told.append((sid, sub, pair))
-            else:  # (its Pair below, once its group has chosen)
+                told.append((sid, sub, reason))  # (settled: no Pair)
+            else:  # (a Pair below if its group does not choose it: else settled)
                 members = groups.get(options.group)
                 if members is None:
                     groups[options.group] = [(sid, sub, reason)]
@@ -292,16 +300,13 @@ class Delivery:
                 members = list(taken.values())
             self.chosen[group, pid] = {sid for sid, _, _ in members}
             dirty.add(("c", group, pid))
-            for sid, sub, reason in members:
-                member = (group, sid)
-                served[member] = served.get(member, 0) + 1
+            for member in members:  # (settled: no Pair)
+                sid = member[0]
+                served[group, sid] = served.get((group, sid), 0) + 1
                 dirty.add(("n", group, sid))
-                until = sub.record.valid_to
-                sent = (version, until if until < valid_to else valid_to)
-                pair = pairs[sid, pid] = Pair(ON, None, reason, True, True, True, group, sent)
-                told.append((sid, sub, pair))
+                told.append(member)
         told.sort(key=_FIRST)
-        return emit([("match", pair.reason, sub, prof) for _, sub, pair in told], ts)
+        return emit([("match", reason, sub, prof) for _, sub, reason in told], ts)
 
     def fire(
         self, until: int, subs: Mapping[str, Held], profiles: Mapping[str, Held], emit: Emit
@@ -352,6 +357,10 @@ class Delivery:
             if pair.phase == ON:
                 if not pair.told:
                     out.append(("match", pair.reason, sub, prof))
+                    if pair.raw:  # (settled)
+                        del self.pairs[key]
+                        dirty.add(("p", sid, pid))
+                        continue
                     pair.told, pair.sent = True, _sent(sub, prof)
             elif pair.told:
                 out.append(("unmatch", pair.reason, sub, prof))
@@ -389,15 +398,14 @@ class Delivery:
         out = []
         for key in sorted(target):
             sid, pid = key
-            pair, now = self.pairs[key], target[key]
             sub, prof = subs.get(sid), profiles.get(pid)
+            pair, now = self.pairs.get(key), target[key]
+            if pair is None:
+                pair = self._unsettled(cause, key, sub, prof)
             group = sub.record.options.group if sub is not None else None
             retold = False
             if pair.told and (not now or sid == handed_over or pair.group != group):
-                before_sub = (
-                    cause.old if cause.kind == "subscription" and sid == cause.ident else sub
-                )
-                before_prof = cause.old if cause.kind == "profile" and pid == cause.ident else prof
+                before_sub, before_prof = _before(cause, sid, pid, sub, prof)
                 reason = "changed" if now or pair.phase in DELIVERED else pair.reason
                 out.append(("unmatch", reason, before_sub, before_prof))
                 pair.told, pair.group, pair.sent, retold = False, None, None, now
@@ -411,7 +419,15 @@ class Delivery:
             self._dirty.add(("p", sid, pid))
             if pair.phase == OFF and not pair.told and not pair.holds:
                 self._remove(key)
+            elif is_settled(pair, sub, prof):
+                del self.pairs[key]
         return emit(out, cause.ts)
+
+    def _unsettled(self, cause: Cause, key: Key, sub: Held | None, prof: Held | None) -> Pair:
+        """A settled pair's `Pair`, kept from now on; `sub` and `prof` those held after
+        the step (the step's own changed one stands for its version before). O(1)."""
+        pair = self.pairs[key] = _settled(*_before(cause, *key, sub, prof))
+        return pair
 
     @staticmethod
     def _updates(cause: Cause, pair: Pair, sub: Held, prof: Held) -> bool:
@@ -429,7 +445,8 @@ class Delivery:
         pairs = self.pairs
         for sid in self.by_prof.get(pid, ()):
             sub = subs.get(sid)
-            if sub is not None and pairs[sid, pid].phase in DELIVERED:
+            pair = pairs.get((sid, pid))  # (None: settled, on)
+            if sub is not None and (pair is None or pair.phase in DELIVERED):
                 group = sub.record.options.group
                 if group is not None:
                     out.setdefault(group, set()).add(sid)
@@ -507,3 +524,36 @@ def _handed_over(cause: Cause, subs: Mapping[str, Held]) -> str | None:
 def _sent(sub: Held, prof: Held) -> tuple[str, float]:
     """What a record of the pair tells: the profile version and the pair's valid_to."""
     return prof.version, min(sub.record.valid_to, prof.record.valid_to)
+
+
+def _before(
+    cause: Cause, sid: str, pid: str, sub: Held | None, prof: Held | None
+) -> tuple[Held | None, Held | None]:
+    """The versions of a pair's subscription and profile held before the step."""
+    if cause.kind == "subscription" and sid == cause.ident:
+        sub = cause.old
+    elif cause.kind == "profile" and pid == cause.ident:
+        prof = cause.old
+    return sub, prof
+
+
+def _settled(sub: Held, prof: Held) -> Pair:
+    """The state a settled pair of `sub` and `prof` (the versions held) stands for: on,
+    told in the subscription's group, its last record telling those versions."""
+    group = sub.record.options.group
+    return Pair(ON, None, "", True, True, True, group, _sent(sub, prof))
+
+
+def is_settled(pair: Pair, sub: Held | None, prof: Held | None) -> bool:
+    """Whether `pair` is in the state `_settled` gives for the versions held (its
+    `reason` aside: a pair on and told reads it again only once a step sets it)."""
+    return (
+        sub is not None
+        and prof is not None
+        and pair.told
+        and pair.phase == ON
+        and pair.raw
+        and pair.holds
+        and pair.group == sub.record.options.group
+        and pair.sent == _sent(sub, prof)
+    )
