@@ -26,7 +26,7 @@ from __future__ import annotations
 import heapq
 import json
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from operator import itemgetter
 from typing import Any
 
@@ -57,6 +57,19 @@ class Cause:
     gone: bool = False
 
 
+@dataclass(slots=True)
+class Changed:
+    """What a `Delivery` changed since drained: pairs, chosen sets `(group, profile)`,
+    served counts `(group, member)`, and each profile whose first version it made, with
+    the chosen set it made per group (so every pair, chosen set and count of those,
+    expanded when drained: a first version logs one item, not three a pair)."""
+
+    pairs: set[Key] = field(default_factory=set)
+    chosen: set[tuple[str, str]] = field(default_factory=set)
+    served: set[tuple[str, str]] = field(default_factory=set)
+    firsts: list[tuple[str, dict[str, set[str]]]] = field(default_factory=list)
+
+
 class Delivery:
     """The delivery state of one state key. Costs per step: O(pairs of the changed
     record + the raw changes) plus, per touched (profile, group), O(m log m) for
@@ -73,14 +86,12 @@ class Delivery:
         # (cancelled or moved) are dropped when met.
         self._timers: list[int] = []
         self._due: dict[int, list[Key]] = {}
-        # The items changed since drained: ("p", sid, pid), ("c", group, pid), ("n",
-        # group, sid), and ("P", pid, "") for every pair of a profile's first version.
-        self._dirty: set[tuple[str, str, str]] = set()
+        self._changed = Changed()
 
     # -- state -------------------------------------------------------------------
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_dirty": set()}
+        return {**self.__dict__, "_changed": Changed()}
 
     def next_due(self) -> int | None:
         """The earliest live timer's due time, dropping the dead ones met on the way.
@@ -113,31 +124,30 @@ class Delivery:
     ) -> list[tuple[str, str | None]]:
         """The items changed since the last drain: `(key, JSON or None)`; `subs` and
         `profiles` those held (a settled pair's versions)."""
-        dirty = self._dirty
-        for item in [item for item in dirty if item[0] == "P"]:
-            dirty.remove(item)
-            dirty.update(("p", sid, item[1]) for sid in self.by_prof.get(item[1], ()))
+        changed, self._changed = self._changed, Changed()
+        for pid, made in changed.firsts:
+            changed.pairs.update((sid, pid) for sid in self.by_prof.get(pid, ()))
+            for group, members in made.items():
+                changed.chosen.add((group, pid))
+                changed.served.update((group, sid) for sid in members)
         out = []
-        for item in sorted(dirty):
-            kind, a, b = item
-            key = _SEP.join(item)
-            if kind == "p":
-                pair = self.pairs.get((a, b))
-                if pair is None and b in self.by_sub.get(a, ()):
-                    pair = _settled(subs[a], profiles[b])
-                out.append((key, None if pair is None else json.dumps(pair.to_json())))
-            elif kind == "c":
-                chosen = self.chosen.get((a, b))
-                out.append((key, None if not chosen else json.dumps(sorted(chosen))))
-            else:
-                count = self.served.get((a, b))
-                out.append((key, None if not count else str(count)))
-        self._dirty.clear()
+        for a, b in sorted(changed.chosen):
+            chosen = self.chosen.get((a, b))
+            out.append((_SEP.join(("c", a, b)), None if not chosen else json.dumps(sorted(chosen))))
+        for a, b in sorted(changed.served):
+            count = self.served.get((a, b))
+            out.append((_SEP.join(("n", a, b)), None if not count else str(count)))
+        for a, b in sorted(changed.pairs):
+            pair = self.pairs.get((a, b))
+            if pair is None and b in self.by_sub.get(a, ()):
+                pair = _settled(subs[a], profiles[b])
+            text = None if pair is None else json.dumps(pair.to_json())
+            out.append((_SEP.join(("p", a, b)), text))
         return out
 
     def forget_changes(self) -> None:
         """Drop the changed items since the last drain (an owner with no change log)."""
-        self._dirty.clear()
+        self._changed = Changed()
 
     def restore(self, key: str, text: str | None) -> None:
         """Set one item as a logged change says (a state store rebuilding). O(log n)."""
@@ -260,7 +270,7 @@ class Delivery:
         members that are on, beyond its k."""
         pid, ts = cause.ident, cause.ts
         prof = profiles[pid]
-        pairs, by_sub, dirty, served = self.pairs, self.by_sub, self._dirty, self.served
+        pairs, by_sub, served = self.pairs, self.by_sub, self.served
         told: list[tuple[str, Held, str]] = []  # the pairs delivered now, their reasons
         groups: dict[str, list[tuple[str, Held, str]]] = {}  # group -> members on, reasons
         for _, reason, sub, _ in raw:
@@ -283,9 +293,10 @@ class Delivery:
                 by_sub[sid] = {pid}
             else:
                 others.add(pid)
+        made: dict[str, set[str]] = {}  # group -> the chosen set made
         if raw:
             self.by_prof[pid] = {sub.record.id for _, _, sub, _ in raw}
-            dirty.add(("P", pid, ""))  # (each of its pairs: `drain_changes`)
+            self._changed.firsts.append((pid, made))  # (all it changes: `drain_changes`)
         for group, members in groups.items():
             policy = members[0][1].record.options
             if len(members) > policy.k:
@@ -298,12 +309,10 @@ class Delivery:
                     if sid not in taken:
                         pairs[sid, pid] = Pair(ON, None, reason, True, True)
                 members = list(taken.values())
-            self.chosen[group, pid] = {sid for sid, _, _ in members}
-            dirty.add(("c", group, pid))
+            self.chosen[group, pid] = made[group] = set(map(_FIRST, members))
             for member in members:  # (settled: no Pair)
                 sid = member[0]
                 served[group, sid] = served.get((group, sid), 0) + 1
-                dirty.add(("n", group, sid))
                 told.append(member)
         told.sort(key=_FIRST)
         return emit([("match", reason, sub, prof) for _, sub, reason in told], ts)
@@ -349,7 +358,7 @@ class Delivery:
         group: a pair that became on is sent `match`, one that went off `unmatch`, each
         with the reason its timer kept (§4, §6). O(p log p) for p pairs."""
         out = []
-        dirty = self._dirty
+        logged = self._changed.pairs
         fired.sort(key=_FIRST)
         for key, pair in fired:
             sid, pid = key
@@ -359,13 +368,13 @@ class Delivery:
                     out.append(("match", pair.reason, sub, prof))
                     if pair.raw:  # (settled)
                         del self.pairs[key]
-                        dirty.add(("p", sid, pid))
+                        logged.add(key)
                         continue
                     pair.told, pair.sent = True, _sent(sub, prof)
             elif pair.told:
                 out.append(("unmatch", pair.reason, sub, prof))
                 pair.told, pair.sent = False, None
-            dirty.add(("p", sid, pid))
+            logged.add(key)
             if pair.phase == OFF and not pair.told and not pair.holds:
                 self._remove(key)
         return emit(out, t)
@@ -416,7 +425,7 @@ class Delivery:
             elif now and pair.holds and self._updates(cause, pair, sub, prof):
                 out.append(("update", cause.reason, sub, prof))
                 pair.sent = _sent(sub, prof)
-            self._dirty.add(("p", sid, pid))
+            self._changed.pairs.add(key)
             if pair.phase == OFF and not pair.told and not pair.holds:
                 self._remove(key)
             elif is_settled(pair, sub, prof):
@@ -500,7 +509,7 @@ class Delivery:
                 self.chosen[group, pid] = now
             else:
                 self.chosen.pop((group, pid), None)
-            self._dirty.add(("c", group, pid))
+            self._changed.chosen.add((group, pid))
 
     def _count(self, group: str, sid: str, count: int | None) -> None:
         if count is None:
@@ -508,7 +517,7 @@ class Delivery:
                 return
         else:
             self.served[group, sid] = count
-        self._dirty.add(("n", group, sid))
+        self._changed.served.add((group, sid))
 
 
 def _handed_over(cause: Cause, subs: Mapping[str, Held]) -> str | None:

@@ -35,7 +35,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from matcher.delivery.layer import is_settled
+from matcher.delivery.layer import Changed, is_settled
 from matcher.engines.gated import GatedFilters
 from matcher.routing.cover_set import CoverSet
 from matcher.routing.local import LocalSource
@@ -298,6 +298,15 @@ def _settled_pairs_without_pair(state: Attributes) -> Attributes:
             for key, pair in delivery.pairs.items()
             if not is_settled(pair, subs.get(key[0]), profiles.get(key[1]))
         }
+    return state
+
+
+@upgrade("matcher.delivery.layer", "Delivery", before=8)
+def _changes_logged_apart(state: Attributes) -> Attributes:
+    """A delivery state of a snapshot from before it kept its changed items apart
+    (`Delivery._changed`; a snapshot holds none)."""
+    state.pop("_dirty", None)
+    state["_changed"] = Changed()
     return state
 
 
