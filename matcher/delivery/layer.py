@@ -538,10 +538,11 @@ def _sent(sub: Held, prof: Held) -> tuple[str, float]:
 def _before(
     cause: Cause, sid: str, pid: str, sub: Held | None, prof: Held | None
 ) -> tuple[Held | None, Held | None]:
-    """The versions of a pair's subscription and profile held before the step."""
-    if cause.kind == "subscription" and sid == cause.ident:
+    """The versions of a pair's subscription and profile held before the step (the
+    step's own record's replaced version, where it replaced one)."""
+    if cause.old is not None and sid == cause.ident and cause.kind == "subscription":
         sub = cause.old
-    elif cause.kind == "profile" and pid == cause.ident:
+    elif cause.old is not None and pid == cause.ident and cause.kind == "profile":
         prof = cause.old
     return sub, prof
 
