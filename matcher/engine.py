@@ -132,7 +132,8 @@ class SpaceMatcher:
         (kind "delivery": its item key and JSON, `Delivery.drain_changes`)."""
         changes, self._changes = self._changes, []
         if self.delivery is not None:
-            changes += [("delivery", key, text) for key, text in self.delivery.drain_changes()]
+            drained = self.delivery.drain_changes(self.subs, self.profiles)
+            changes += [("delivery", key, text) for key, text in drained]
         return changes
 
     def dump(self) -> bytes:
@@ -375,8 +376,9 @@ class SpaceMatcher:
             events = [keyed for keyed in events if keyed[1] is not _HELD_BACK]
         made = self.delivery.step(cause, raw, self.subs, self.profiles, self._make)
         mark = "" if first else _LAST
-        last = [((mark, n) if tuple_keys else f"{mark}{n:09d}", e) for n, e in enumerate(made)]
-        return events + last
+        if tuple_keys:
+            return events + [((mark, n), e) for n, e in enumerate(made)]
+        return events + list(zip(_ranks(mark, len(made)), made, strict=True))
 
     def _make(self, items: list[tuple[str, str, Held, Held]], ts: int) -> list[Any]:
         """The delivery layer's events `(event, reason, sub, prof)` at `ts` as the writer
@@ -700,8 +702,11 @@ class SpaceMatcher:
     def _write(self, event: str, reason: str, subs: list[Held], prof: Held, ts: int) -> list:
         """`_event` of `prof` with each of `subs`, by the writer's `many` if it has one
         (the pair changes of subscriptions with delivery fields held back)."""
-        if self.delivery is not None and any(sub.record.options is not None for sub in subs):
-            if all(sub.record.options is not None for sub in subs):
+        if self.delivery is None:
+            return self._made(event, reason, subs, prof, ts)
+        held_back = [sub for sub in subs if sub.record.options is not None]
+        if held_back:
+            if len(held_back) == len(subs):
                 raw = self.__dict__.setdefault("_raw", [])
                 raw += [(event, reason, sub, prof) for sub in subs]
                 return [_HELD_BACK] * len(subs)
@@ -719,6 +724,19 @@ class SpaceMatcher:
         return [self._writer(event, reason, sub, prof, ts) for sub in subs]
 
 
+def _ranks(mark: str, n: int) -> list[str]:
+    """The ranks of `n` delivery events after `mark`: `mark` and the event's place in
+    nine digits (those of the first `_RANKS_KEPT` places made once per mark). O(n)."""
+    ranks = _RANKS.setdefault(mark, [])
+    while len(ranks) < min(n, _RANKS_KEPT):
+        ranks.append(f"{mark}{len(ranks):09d}")
+    return ranks[:n] + [f"{mark}{at:09d}" for at in range(len(ranks), n)]
+
+
+_RANKS: dict[str, list[str]] = {}
+_RANKS_KEPT = 4096
+
+
 def _written_by_profile(
     items: list[tuple[str, str, Held, Held]],
     write: Callable[[str, str, list[Held], Held], list],
@@ -726,6 +744,11 @@ def _written_by_profile(
     """The records of `items` (`(event, reason, sub, prof)`), in order, `write` called
     once per (event, reason, profile) with its subscriptions in order: what a profile's
     records share is made once. O(items)."""
+    if not items:
+        return []
+    event, reason, _, prof = items[0]
+    if all(e == event and r == reason and p is prof for e, r, _, p in items):
+        return write(event, reason, [item[2] for item in items], prof)
     groups: dict[tuple[str, str, int], tuple[list[int], list[Held], Held]] = {}
     for at, (event, reason, sub, prof) in enumerate(items):
         group = groups.get((event, reason, id(prof)))

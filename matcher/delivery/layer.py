@@ -12,7 +12,11 @@ State: the pairs (`sustain.Pair`) that hold or are delivered, the chosen
 members per (group, profile), how often each member was served; indexed by
 subscription and by profile; the timers, as a heap of due times and the pairs
 due at each (a profile's pairs share one due time: one heap entry for them
-all). Each step logs the items it changed (`drain_changes`: `(item key, JSON
+all). A pair in the index without a `Pair` is *settled*: on and told, holding by
+the relation, told in its subscription's group (if any), its last record telling
+the versions held (`_settled`); most pairs of a group's chosen members and of
+sustained matches past their dwell are, and keep no object of their own. Each
+step logs the items it changed (`drain_changes`: `(item key, JSON
 or None)`), so that a state store keeps it with the held records' changes and
 `restore` sets it back.
 """
@@ -22,7 +26,7 @@ from __future__ import annotations
 import heapq
 import json
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from operator import itemgetter
 from typing import Any
 
@@ -53,6 +57,19 @@ class Cause:
     gone: bool = False
 
 
+@dataclass(slots=True)
+class Changed:
+    """What a `Delivery` changed since drained: pairs, chosen sets `(group, profile)`,
+    served counts `(group, member)`, and each profile whose first version it made, with
+    the chosen set it made per group (so every pair, chosen set and count of those,
+    expanded when drained: a first version logs one item, not three a pair)."""
+
+    pairs: set[Key] = field(default_factory=set)
+    chosen: set[tuple[str, str]] = field(default_factory=set)
+    served: set[tuple[str, str]] = field(default_factory=set)
+    firsts: list[tuple[str, dict[str, set[str]]]] = field(default_factory=list)
+
+
 class Delivery:
     """The delivery state of one state key. Costs per step: O(pairs of the changed
     record + the raw changes) plus, per touched (profile, group), O(m log m) for
@@ -69,14 +86,12 @@ class Delivery:
         # (cancelled or moved) are dropped when met.
         self._timers: list[int] = []
         self._due: dict[int, list[Key]] = {}
-        # The items changed since drained: ("p", sid, pid), ("c", group, pid), ("n",
-        # group, sid), and ("P", pid, "") for every pair of a profile's first version.
-        self._dirty: set[tuple[str, str, str]] = set()
+        self._changed = Changed()
 
     # -- state -------------------------------------------------------------------
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_dirty": set()}
+        return {**self.__dict__, "_changed": Changed()}
 
     def next_due(self) -> int | None:
         """The earliest live timer's due time, dropping the dead ones met on the way.
@@ -104,37 +119,41 @@ class Delivery:
         else:
             keys.append(key)
 
-    def drain_changes(self) -> list[tuple[str, str | None]]:
-        """The items changed since the last drain: `(key, JSON or None)`."""
-        dirty = self._dirty
-        for item in [item for item in dirty if item[0] == "P"]:
-            dirty.remove(item)
-            dirty.update(("p", sid, item[1]) for sid in self.by_prof.get(item[1], ()))
+    def drain_changes(
+        self, subs: Mapping[str, Held], profiles: Mapping[str, Held]
+    ) -> list[tuple[str, str | None]]:
+        """The items changed since the last drain: `(key, JSON or None)`; `subs` and
+        `profiles` those held (a settled pair's versions)."""
+        changed, self._changed = self._changed, Changed()
+        for pid, made in changed.firsts:
+            changed.pairs.update((sid, pid) for sid in self.by_prof.get(pid, ()))
+            for group, members in made.items():
+                changed.chosen.add((group, pid))
+                changed.served.update((group, sid) for sid in members)
         out = []
-        for item in sorted(dirty):
-            kind, a, b = item
-            key = _SEP.join(item)
-            if kind == "p":
-                pair = self.pairs.get((a, b))
-                out.append((key, None if pair is None else json.dumps(pair.to_json())))
-            elif kind == "c":
-                chosen = self.chosen.get((a, b))
-                out.append((key, None if not chosen else json.dumps(sorted(chosen))))
-            else:
-                count = self.served.get((a, b))
-                out.append((key, None if not count else str(count)))
-        self._dirty.clear()
+        for a, b in sorted(changed.chosen):
+            chosen = self.chosen.get((a, b))
+            out.append((_SEP.join(("c", a, b)), None if not chosen else json.dumps(sorted(chosen))))
+        for a, b in sorted(changed.served):
+            count = self.served.get((a, b))
+            out.append((_SEP.join(("n", a, b)), None if not count else str(count)))
+        for a, b in sorted(changed.pairs):
+            pair = self.pairs.get((a, b))
+            if pair is None and b in self.by_sub.get(a, ()):
+                pair = _settled(subs[a], profiles[b])
+            text = None if pair is None else json.dumps(pair.to_json())
+            out.append((_SEP.join(("p", a, b)), text))
         return out
 
     def forget_changes(self) -> None:
         """Drop the changed items since the last drain (an owner with no change log)."""
-        self._dirty.clear()
+        self._changed = Changed()
 
     def restore(self, key: str, text: str | None) -> None:
         """Set one item as a logged change says (a state store rebuilding). O(log n)."""
         kind, a, b = key.split(_SEP)
         if kind == "p":
-            if (a, b) in self.pairs:
+            if b in self.by_sub.get(a, ()):
                 self._remove((a, b))
             if text is not None:
                 pair = Pair.from_json(json.loads(text))
@@ -157,7 +176,7 @@ class Delivery:
         self.by_prof.setdefault(key[1], set()).add(key[0])
 
     def _remove(self, key: Key) -> None:
-        del self.pairs[key]
+        self.pairs.pop(key, None)  # (a settled pair has none)
         for index, a, b in ((self.by_sub, *key), (self.by_prof, key[1], key[0])):
             others = index[a]
             others.discard(b)
@@ -205,11 +224,14 @@ class Delivery:
         groups: set[tuple[str, str]] = set()
         for key in touched:
             sid, pid = key
+            sub, prof = subs.get(sid), profiles.get(pid)
             pair = self.pairs.get(key)
             if pair is None:
-                pair = Pair()
-                self._add(key, pair)
-            sub, prof = subs.get(sid), profiles.get(pid)
+                if pid in self.by_sub.get(sid, ()):
+                    pair = self._unsettled(cause, key, sub, prof)
+                else:
+                    pair = Pair()
+                    self._add(key, pair)
             gone = sub is None or prof is None
             if gone:
                 pair.raw = holds = False
@@ -248,9 +270,8 @@ class Delivery:
         members that are on, beyond its k."""
         pid, ts = cause.ident, cause.ts
         prof = profiles[pid]
-        version, valid_to = prof.version, prof.record.valid_to
-        pairs, by_sub, dirty, served = self.pairs, self.by_sub, self._dirty, self.served
-        told: list[tuple[str, Held, Pair]] = []  # the pairs delivered now
+        pairs, by_sub, served = self.pairs, self.by_sub, self.served
+        told: list[tuple[str, Held, str]] = []  # the pairs delivered now, their reasons
         groups: dict[str, list[tuple[str, Held, str]]] = {}  # group -> members on, reasons
         for _, reason, sub, _ in raw:
             record = sub.record
@@ -260,11 +281,8 @@ class Delivery:
                 pairs[sid, pid] = Pair(PENDING, due, reason, True, True)
                 self._set_timer(due, (sid, pid))
             elif options.group is None:
-                until = record.valid_to
-                sent = (version, until if until < valid_to else valid_to)
-                pair = pairs[sid, pid] = Pair(ON, None, reason, True, True, True, None, sent)
-                told.append((sid, sub, pair))
-            else:  # (its Pair below, once its group has chosen)
+                told.append((sid, sub, reason))  # (settled: no Pair)
+            else:  # (a Pair below if its group does not choose it: else settled)
                 members = groups.get(options.group)
                 if members is None:
                     groups[options.group] = [(sid, sub, reason)]
@@ -275,9 +293,10 @@ class Delivery:
                 by_sub[sid] = {pid}
             else:
                 others.add(pid)
+        made: dict[str, set[str]] = {}  # group -> the chosen set made
         if raw:
             self.by_prof[pid] = {sub.record.id for _, _, sub, _ in raw}
-            dirty.add(("P", pid, ""))  # (each of its pairs: `drain_changes`)
+            self._changed.firsts.append((pid, made))  # (all it changes: `drain_changes`)
         for group, members in groups.items():
             policy = members[0][1].record.options
             if len(members) > policy.k:
@@ -290,18 +309,13 @@ class Delivery:
                     if sid not in taken:
                         pairs[sid, pid] = Pair(ON, None, reason, True, True)
                 members = list(taken.values())
-            self.chosen[group, pid] = {sid for sid, _, _ in members}
-            dirty.add(("c", group, pid))
-            for sid, sub, reason in members:
-                member = (group, sid)
-                served[member] = served.get(member, 0) + 1
-                dirty.add(("n", group, sid))
-                until = sub.record.valid_to
-                sent = (version, until if until < valid_to else valid_to)
-                pair = pairs[sid, pid] = Pair(ON, None, reason, True, True, True, group, sent)
-                told.append((sid, sub, pair))
+            self.chosen[group, pid] = made[group] = set(map(_FIRST, members))
+            for member in members:  # (settled: no Pair)
+                sid = member[0]
+                served[group, sid] = served.get((group, sid), 0) + 1
+                told.append(member)
         told.sort(key=_FIRST)
-        return emit([("match", pair.reason, sub, prof) for _, sub, pair in told], ts)
+        return emit([("match", reason, sub, prof) for _, sub, reason in told], ts)
 
     def fire(
         self, until: int, subs: Mapping[str, Held], profiles: Mapping[str, Held], emit: Emit
@@ -344,7 +358,7 @@ class Delivery:
         group: a pair that became on is sent `match`, one that went off `unmatch`, each
         with the reason its timer kept (§4, §6). O(p log p) for p pairs."""
         out = []
-        dirty = self._dirty
+        logged = self._changed.pairs
         fired.sort(key=_FIRST)
         for key, pair in fired:
             sid, pid = key
@@ -352,11 +366,15 @@ class Delivery:
             if pair.phase == ON:
                 if not pair.told:
                     out.append(("match", pair.reason, sub, prof))
+                    if pair.raw:  # (settled)
+                        del self.pairs[key]
+                        logged.add(key)
+                        continue
                     pair.told, pair.sent = True, _sent(sub, prof)
             elif pair.told:
                 out.append(("unmatch", pair.reason, sub, prof))
                 pair.told, pair.sent = False, None
-            dirty.add(("p", sid, pid))
+            logged.add(key)
             if pair.phase == OFF and not pair.told and not pair.holds:
                 self._remove(key)
         return emit(out, t)
@@ -389,15 +407,14 @@ class Delivery:
         out = []
         for key in sorted(target):
             sid, pid = key
-            pair, now = self.pairs[key], target[key]
             sub, prof = subs.get(sid), profiles.get(pid)
+            pair, now = self.pairs.get(key), target[key]
+            if pair is None:
+                pair = self._unsettled(cause, key, sub, prof)
             group = sub.record.options.group if sub is not None else None
             retold = False
             if pair.told and (not now or sid == handed_over or pair.group != group):
-                before_sub = (
-                    cause.old if cause.kind == "subscription" and sid == cause.ident else sub
-                )
-                before_prof = cause.old if cause.kind == "profile" and pid == cause.ident else prof
+                before_sub, before_prof = _before(cause, sid, pid, sub, prof)
                 reason = "changed" if now or pair.phase in DELIVERED else pair.reason
                 out.append(("unmatch", reason, before_sub, before_prof))
                 pair.told, pair.group, pair.sent, retold = False, None, None, now
@@ -408,10 +425,18 @@ class Delivery:
             elif now and pair.holds and self._updates(cause, pair, sub, prof):
                 out.append(("update", cause.reason, sub, prof))
                 pair.sent = _sent(sub, prof)
-            self._dirty.add(("p", sid, pid))
+            self._changed.pairs.add(key)
             if pair.phase == OFF and not pair.told and not pair.holds:
                 self._remove(key)
+            elif is_settled(pair, sub, prof):
+                del self.pairs[key]
         return emit(out, cause.ts)
+
+    def _unsettled(self, cause: Cause, key: Key, sub: Held | None, prof: Held | None) -> Pair:
+        """A settled pair's `Pair`, kept from now on; `sub` and `prof` those held after
+        the step (the step's own changed one stands for its version before). O(1)."""
+        pair = self.pairs[key] = _settled(*_before(cause, *key, sub, prof))
+        return pair
 
     @staticmethod
     def _updates(cause: Cause, pair: Pair, sub: Held, prof: Held) -> bool:
@@ -429,7 +454,8 @@ class Delivery:
         pairs = self.pairs
         for sid in self.by_prof.get(pid, ()):
             sub = subs.get(sid)
-            if sub is not None and pairs[sid, pid].phase in DELIVERED:
+            pair = pairs.get((sid, pid))  # (None: settled, on)
+            if sub is not None and (pair is None or pair.phase in DELIVERED):
                 group = sub.record.options.group
                 if group is not None:
                     out.setdefault(group, set()).add(sid)
@@ -483,7 +509,7 @@ class Delivery:
                 self.chosen[group, pid] = now
             else:
                 self.chosen.pop((group, pid), None)
-            self._dirty.add(("c", group, pid))
+            self._changed.chosen.add((group, pid))
 
     def _count(self, group: str, sid: str, count: int | None) -> None:
         if count is None:
@@ -491,7 +517,7 @@ class Delivery:
                 return
         else:
             self.served[group, sid] = count
-        self._dirty.add(("n", group, sid))
+        self._changed.served.add((group, sid))
 
 
 def _handed_over(cause: Cause, subs: Mapping[str, Held]) -> str | None:
@@ -507,3 +533,37 @@ def _handed_over(cause: Cause, subs: Mapping[str, Held]) -> str | None:
 def _sent(sub: Held, prof: Held) -> tuple[str, float]:
     """What a record of the pair tells: the profile version and the pair's valid_to."""
     return prof.version, min(sub.record.valid_to, prof.record.valid_to)
+
+
+def _before(
+    cause: Cause, sid: str, pid: str, sub: Held | None, prof: Held | None
+) -> tuple[Held | None, Held | None]:
+    """The versions of a pair's subscription and profile held before the step (the
+    step's own record's replaced version, where it replaced one)."""
+    if cause.old is not None and sid == cause.ident and cause.kind == "subscription":
+        sub = cause.old
+    elif cause.old is not None and pid == cause.ident and cause.kind == "profile":
+        prof = cause.old
+    return sub, prof
+
+
+def _settled(sub: Held, prof: Held) -> Pair:
+    """The state a settled pair of `sub` and `prof` (the versions held) stands for: on,
+    told in the subscription's group, its last record telling those versions."""
+    group = sub.record.options.group
+    return Pair(ON, None, "", True, True, True, group, _sent(sub, prof))
+
+
+def is_settled(pair: Pair, sub: Held | None, prof: Held | None) -> bool:
+    """Whether `pair` is in the state `_settled` gives for the versions held (its
+    `reason` aside: a pair on and told reads it again only once a step sets it)."""
+    return (
+        sub is not None
+        and prof is not None
+        and pair.told
+        and pair.phase == ON
+        and pair.raw
+        and pair.holds
+        and pair.group == sub.record.options.group
+        and pair.sent == _sent(sub, prof)
+    )

@@ -35,6 +35,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from matcher.delivery.layer import Changed, is_settled
 from matcher.engines.gated import GatedFilters
 from matcher.routing.cover_set import CoverSet
 from matcher.routing.local import LocalSource
@@ -278,6 +279,34 @@ def _timers_per_due_time(state: Attributes) -> Attributes:
         due_at.setdefault(due, []).append((sid, pid))
     state["_timers"] = sorted(due_at)  # (a sorted list is a heap)
     state["_due"] = due_at
+    return state
+
+
+# -- format 8: settled delivery pairs without a `Pair` ------------------------------
+
+
+@upgrade("matcher.engine", "SpaceMatcher", before=8)
+def _settled_pairs_without_pair(state: Attributes) -> Attributes:
+    """A delivery state of a snapshot from before settled pairs kept a `Pair` for each:
+    those that are settled (on and told as their held versions say,
+    `matcher.delivery.layer`) keep none now, as the layer leaves them."""
+    delivery = state.get("delivery")
+    if delivery is not None:
+        subs, profiles = state["subs"], state["profiles"]
+        delivery.pairs = {
+            key: pair
+            for key, pair in delivery.pairs.items()
+            if not is_settled(pair, subs.get(key[0]), profiles.get(key[1]))
+        }
+    return state
+
+
+@upgrade("matcher.delivery.layer", "Delivery", before=8)
+def _changes_logged_apart(state: Attributes) -> Attributes:
+    """A delivery state of a snapshot from before it kept its changed items apart
+    (`Delivery._changed`; a snapshot holds none)."""
+    state.pop("_dirty", None)
+    state["_changed"] = Changed()
     return state
 
 
