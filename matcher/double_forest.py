@@ -555,14 +555,21 @@ class DoubleForest:
         if 2 * int(_points(query_lo, query_hi).sum()) < n:
             return None, None
         costs = pre.costs_for(n, side="index", challenger="index") if config.measured else None
-        if costs is not None and not costs.challenger_turn():
+        if costs is not None and not costs.challenger_turn(ready=pre.index is not None):
             return None, costs
         if pre.index is None:
-            if self._index_bytes() > config.budget_bytes:
+            if not self._build_index(pre, config):
                 return None, costs
-            pre.index = EqualityIndex(self.sub_forest)
             costs = None  # (a batch that builds the index measures the build)
         return pre.index, costs
+
+    def _build_index(self, pre: preloader.Preloader, config: settings.PreloadSettings) -> bool:
+        """Build the equality index from the subscription forest, unless it would
+        not fit the budget; whether it is built."""
+        if self._index_bytes() > config.budget_bytes:
+            return False
+        pre.index = EqualityIndex(self.sub_forest)
+        return True
 
     def _index_bytes(self) -> int:
         """The equality index's size, estimated from the forest's nodes and columns."""
@@ -710,6 +717,8 @@ class DoubleForest:
         self.profile_forest.settle()
         cells = self._grid_cells(None, None)
         held = self._indexed_profile_boxes()
+        if cells is None:
+            self._settle_index(held)
         if cells is None or held is None:
             return
         lo, hi, count = held
@@ -723,6 +732,22 @@ class DoubleForest:
         cells.fill_hot(
             cold, config.fill_after, config.budget_bytes, self.sub_forest, self.entry_covers
         )
+
+    def _settle_index(self, held: tuple[Bounds, Bounds, np.ndarray] | None) -> None:
+        """In a space without a grid, build the equality index that the first
+        batch of points would otherwise build, where the held profiles (if
+        any) are mostly points, as `_index_turn` asks of a batch."""
+        config = settings.current()
+        if not config.enabled or self._live_entries() < config.min_entries:
+            return
+        pre = preloader.of(self)
+        if pre.index is not None:
+            return
+        if held is not None:
+            lo, hi, count = held
+            if 2 * int(count[_points(lo, hi)].sum()) < int(count.sum()):
+                return
+        self._build_index(pre, config)
 
     def preload_counts(self) -> dict[str, int]:
         """Profiles asked and answered from cells since last asked (then zeroed),
