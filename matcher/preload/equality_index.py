@@ -310,7 +310,8 @@ class _Part:
             )
             low_only = c_hi >= MAX  # (a column merely present: low-only, at -MAX)
             high_only = (c_lo <= -MAX) & ~low_only
-            width = _width_class(c_hi - c_lo) if by_width else 0
+            with np.errstate(over="ignore"):  # (MAX - -MAX is inf: the widest class)
+                width = _width_class(c_hi - c_lo) if by_width else 0
             form = np.where(low_only, 0, np.where(high_only, 1, 2 + width))
             key[members] = (
                 self.range_base + (primary * columns + column) * (2 + WIDTH_CLASSES) + form
