@@ -431,9 +431,7 @@ class DoubleForest:
         forest.need_covers = False
         if index is not None and which is None and _points(query_lo, query_hi).all():
             # Every profile a point: the index gives their entries' values grouped.
-            counts, slots = self._index_grouped(profiles, query_lo, query_hi, index)
-            if slot_map is not None:
-                slots = np.take(slot_map, slots.astype(np.intp, copy=False))
+            counts, slots = self._index_grouped(profiles, query_lo, query_hi, index, slot_map)
             cut = np.r_[0, np.cumsum(counts)].tolist()
             return [slots[a:b] for a, b in zip(cut, cut[1:], strict=False)]
         queries, nodes, _ = self._descend_profiles(profiles, query_lo, query_hi, which, index)
@@ -510,10 +508,15 @@ class DoubleForest:
         )
 
     def _index_grouped(
-        self, profiles: list[Profile], query_lo: Bounds, query_hi: Bounds, index: EqualityIndex
-    ) -> tuple[Ids, Ids]:
-        """The subscription slots of the point profiles from the `index`,
-        grouped by query: (how many each has, the slots)."""
+        self,
+        profiles: list[Profile],
+        query_lo: Bounds,
+        query_hi: Bounds,
+        index: EqualityIndex,
+        slot_map: np.ndarray | None,
+    ) -> tuple[Ids, np.ndarray]:
+        """The subscription slots of the point profiles from the `index` (or what
+        `slot_map` keeps for them), grouped by query: (how many each has, them)."""
         forest = self.sub_forest
 
         def exact(query: int, node: int) -> tuple[bool, bool]:
@@ -523,7 +526,7 @@ class DoubleForest:
         forest.sync_columns()
         present = query_lo <= query_hi
         preloader.of(self).count(0, 0, len(profiles))
-        return index.match_grouped(forest, query_lo, present, exact)
+        return index.match_grouped(forest, query_lo, present, exact, slot_map)
 
     # -- preloaded cells (matcher.preload) ----------------------------------
 

@@ -502,6 +502,9 @@ class _Twins:
         assert _pairs(*mine) == _pairs(*theirs)
         mine, theirs = self.both(lambda df: df.match_profiles_grouped(profiles, windows))
         assert [sorted(g.tolist()) for g in mine] == [sorted(g.tolist()) for g in theirs]
+        keys = 3 * np.arange(len(self.plain.subs.handles) + 1, dtype=np.int32) + 1  # (per slot)
+        mine = self.both(lambda df: df.match_profiles_grouped(profiles, windows, keys))[0]
+        assert [sorted(g.tolist()) for g in mine] == [sorted(keys[g].tolist()) for g in theirs]
 
     def ask(self, queries: list[tuple[list[Conjunction], bool, float]]) -> None:
         asked = [(conjs, covers, self.now, self.now + w) for conjs, covers, w in queries]

@@ -410,3 +410,15 @@ def test_settle_builds_the_index_which_answers_first_as_the_oracle():
                 want = {i for i, dnf in dnfs.items() if _holds(dnf, False, profile.attrs)}
                 assert {df.subs.handles[s] for s in answer.tolist()} == want
         assert taken == [20, 20, 0, 0]
+        # (what the caller keeps per slot, read per entry of the index where the
+        # answers outnumber them, as here, else per answer)
+        keys = 5 * np.arange(len(df.subs.handles), dtype=np.int32) + 2
+        with preload_settings.configured(measured=False):
+            mapped = df.match_profiles_grouped(points, [(0, OPEN)] * len(points), keys)
+            plain = df.match_profiles_grouped(points, [(0, OPEN)] * len(points))
+            assert sum(map(len, plain)) > df.n_entries
+            assert [sorted(m.tolist()) for m in mapped] == [sorted(keys[p].tolist()) for p in plain]
+            mapped = df.match_profiles_grouped(points[:5], [(0, OPEN)] * 5, keys)
+            assert [sorted(m.tolist()) for m in mapped] == [
+                sorted(keys[p].tolist()) for p in plain[:5]
+            ]

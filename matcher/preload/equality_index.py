@@ -144,12 +144,19 @@ class EqualityIndex:
         return tuple(np.concatenate([p[i] for p in parts]) for i in range(3))
 
     def match_grouped(
-        self, forest: Forest, values: Bounds, present: Mask, exact: ExactTest
+        self,
+        forest: Forest,
+        values: Bounds,
+        present: Mask,
+        exact: ExactTest,
+        slot_map: np.ndarray | None = None,
     ) -> tuple[Ids, np.ndarray]:
         """The entry values (subscription slots) of every node that holds for
         the point profiles (as `match`), grouped by query: (how many each query
-        has, the values). Runs of members are copied as runs of their entries,
-        so the cost is that of `match` with no per-node gather of entries."""
+        has, the values), or what `slot_map` keeps for those slots. Runs of
+        members are copied as runs of their entries, so the cost is that of
+        `match` with no per-node gather of entries; `slot_map` is read for the
+        index's entries or for the answers, whichever are fewer."""
         self.catch_up(forest)
         n_queries = values.shape[1]
         parts = [p for p in (self.main, self.added) if len(p)]
@@ -168,12 +175,19 @@ class EqualityIndex:
             if len(parts) == 1
             else np.concatenate([p.entry_value for p in parts])
         )
+        early = slot_map is not None and len(source) < len(positions)
+        if early:
+            source = np.take(slot_map, source.astype(np.intp), mode="clip")  # (dead too)
         if not any(p.dead for p in parts):
             counts = np.bincount(owner, weights=length, minlength=n_queries).astype(np.int64)
-            return counts, np.take(source, positions)
-        alive = np.concatenate([p.entry_alive for p in parts])[positions]
-        owner = np.repeat(owner, length)[alive]
-        return np.bincount(owner, minlength=n_queries), np.take(source, positions[alive])
+        else:
+            alive = np.concatenate([p.entry_alive for p in parts])[positions]
+            counts = np.bincount(np.repeat(owner, length)[alive], minlength=n_queries)
+            positions = positions[alive]
+        found = np.take(source, positions)
+        if slot_map is not None and not early:
+            found = np.take(slot_map, found.astype(np.intp))
+        return counts, found
 
     def check(self, forest: Forest) -> None:
         """Assert that every live node is listed once, alive (the waiting ones
