@@ -23,8 +23,8 @@ from matcher.engines.gated import GatedFilters
 from matcher.forest import Forest
 from matcher.forest.arrays import Bounds, Ids, Mask
 from matcher.forest.list_store import ELEMENT, SLICE_RUN, grown, run_positions
+from matcher.preload import equality_index, preloader, settings
 from matcher.preload import grid as preload_grid
-from matcher.preload import preloader, settings
 from matcher.preload.equality_index import EqualityIndex
 from matcher.preload.grid import Grid
 from matcher.preload.path_costs import PathCosts
@@ -569,15 +569,10 @@ class DoubleForest:
     def _build_index(self, pre: preloader.Preloader, config: settings.PreloadSettings) -> bool:
         """Build the equality index from the subscription forest, unless it would
         not fit the budget; whether it is built."""
-        if self._index_bytes() > config.budget_bytes:
+        if equality_index.estimated_bytes(self.sub_forest) > config.budget_bytes:
             return False
         pre.index = EqualityIndex(self.sub_forest)
         return True
-
-    def _index_bytes(self) -> int:
-        """The equality index's size, estimated from the forest's nodes and columns."""
-        forest = self.sub_forest
-        return len(forest) * (48 + 24 * forest.lo.shape[0])
 
     def _log_change(self, cells: SubscriptionCells, entry: int, node: int, *, added: bool) -> None:
         columns, forest = cells.grid.columns, self.sub_forest

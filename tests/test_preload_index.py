@@ -396,7 +396,9 @@ def test_settle_builds_the_index_which_answers_first_as_the_oracle():
         for i, p in enumerate(held):
             df.add_profile(i, p, 0, OPEN)
         df.settle()
-        assert preloader.peek(df).index is not None
+        index = preloader.peek(df).index
+        assert index is not None
+        assert index.nbytes <= equality_index.estimated_bytes(df.sub_forest) < 1.5 * index.nbytes
         dnfs = {
             i: [[Atom(*a) for a in c] for c in s.dnf]
             for i, s in enumerate(_siena_workload(300).subscriptions)

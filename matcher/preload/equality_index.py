@@ -65,6 +65,10 @@ WIDTH_STEPS = 2  # two-sided ranges grouped by width: classes per binary order .
 WIDTH_CLASSES = 128  # ... and classes in all
 _EXPONENT_LOW = -30  # (exponents below this share the lowest class)
 
+MEMBER_BYTES = 58 + 32  # a member's own arrays (`_Part.nbytes`), its share of the lists' at most
+TEST_BYTES = 24  # a residual test slot of a member (column, low, high)
+ENTRY_BYTES = 5  # an entry's value (int32) and whether it is alive
+
 # (query, node) -> (overlaps, covers): the exact test for boxes that are not exact
 ExactTest = Callable[[int, int], tuple[bool, bool]]
 # What a part finds: runs of members that need no test (start, length, query),
@@ -227,6 +231,24 @@ def _sure_low(value: np.ndarray, narrowest: np.ndarray) -> np.ndarray:
     and of the widths (a few units in the last place)."""
     with np.errstate(all="ignore"):
         return (value - narrowest) + (np.abs(value) + narrowest) * 2.0**-50
+
+
+def estimated_bytes(forest: Forest) -> int:
+    """At least the `nbytes` of an index of the forest's live nodes, before
+    building it: every member with as many residual test slots as the most
+    constrained node has constrained columns less its key's one.
+    O(nodes × columns)."""
+    forest.sync_columns()
+    nodes = _live_nodes(forest)
+    if not len(nodes):
+        return 0
+    n = len(forest.keys)
+    lo, hi = forest.lo[:, :n], forest.hi[:, :n]
+    constrained = ((lo > -np.inf) | (hi < np.inf)).sum(axis=0)[nodes]
+    depth = max(int(constrained.max()) - 1, 0)
+    entries = int(forest.entries.count[nodes].sum())
+    positions = 8 * (int(nodes.max()) + 1)  # (`pos_of`)
+    return len(nodes) * (MEMBER_BYTES + TEST_BYTES * depth) + entries * ENTRY_BYTES + positions
 
 
 def _live_nodes(forest: Forest) -> Ids:
