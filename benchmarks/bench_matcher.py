@@ -460,9 +460,11 @@ def _preloads(contender: Contender) -> bool:
 
 def _note_cells(row: dict, stats: dict[str, int], side: str) -> None:
     """The share of a side's queries (its warm-up ones and passes) that cells
-    answered, and the cells' memory after them, per entry held."""
+    answered, and the equality index, and the cells' memory after them, per
+    entry held."""
     if side == "profiles" and stats["profiles"]:
         row["from_cells"] = round(stats["profiles_from_cells"] / stats["profiles"], 4)
+        row["from_index"] = round(stats["profiles_from_index"] / stats["profiles"], 4)
     row["cells"] = stats["cells"]
     row["cells_bytes"] = stats["cells_bytes"]
     row["cells_bytes_per_entry"] = round(stats["cells_bytes"] / max(1, row["entries"]), 1)
@@ -487,6 +489,7 @@ def _rate(count: int, seconds: float) -> float:
 
 METRICS = (
     "from_cells",
+    "from_index",
     "cells_bytes_per_entry",
     "preload_s",
     "insert_per_s",

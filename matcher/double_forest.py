@@ -23,8 +23,8 @@ from matcher.engines.gated import GatedFilters
 from matcher.forest import Forest
 from matcher.forest.arrays import Bounds, Ids, Mask
 from matcher.forest.list_store import ELEMENT, SLICE_RUN, grown, run_positions
+from matcher.preload import equality_index, preloader, settings
 from matcher.preload import grid as preload_grid
-from matcher.preload import preloader, settings
 from matcher.preload.equality_index import EqualityIndex
 from matcher.preload.grid import Grid
 from matcher.preload.path_costs import PathCosts
@@ -431,9 +431,7 @@ class DoubleForest:
         forest.need_covers = False
         if index is not None and which is None and _points(query_lo, query_hi).all():
             # Every profile a point: the index gives their entries' values grouped.
-            counts, slots = self._index_grouped(profiles, query_lo, query_hi, index)
-            if slot_map is not None:
-                slots = np.take(slot_map, slots.astype(np.intp, copy=False))
+            counts, slots = self._index_grouped(profiles, query_lo, query_hi, index, slot_map)
             cut = np.r_[0, np.cumsum(counts)].tolist()
             return [slots[a:b] for a, b in zip(cut, cut[1:], strict=False)]
         queries, nodes, _ = self._descend_profiles(profiles, query_lo, query_hi, which, index)
@@ -510,10 +508,15 @@ class DoubleForest:
         )
 
     def _index_grouped(
-        self, profiles: list[Profile], query_lo: Bounds, query_hi: Bounds, index: EqualityIndex
-    ) -> tuple[Ids, Ids]:
-        """The subscription slots of the point profiles from the `index`,
-        grouped by query: (how many each has, the slots)."""
+        self,
+        profiles: list[Profile],
+        query_lo: Bounds,
+        query_hi: Bounds,
+        index: EqualityIndex,
+        slot_map: np.ndarray | None,
+    ) -> tuple[Ids, np.ndarray]:
+        """The subscription slots of the point profiles from the `index` (or what
+        `slot_map` keeps for them), grouped by query: (how many each has, them)."""
         forest = self.sub_forest
 
         def exact(query: int, node: int) -> tuple[bool, bool]:
@@ -523,7 +526,7 @@ class DoubleForest:
         forest.sync_columns()
         present = query_lo <= query_hi
         preloader.of(self).count(0, 0, len(profiles))
-        return index.match_grouped(forest, query_lo, present, exact)
+        return index.match_grouped(forest, query_lo, present, exact, slot_map)
 
     # -- preloaded cells (matcher.preload) ----------------------------------
 
@@ -555,19 +558,21 @@ class DoubleForest:
         if 2 * int(_points(query_lo, query_hi).sum()) < n:
             return None, None
         costs = pre.costs_for(n, side="index", challenger="index") if config.measured else None
-        if costs is not None and not costs.challenger_turn():
+        if costs is not None and not costs.challenger_turn(ready=pre.index is not None):
             return None, costs
         if pre.index is None:
-            if self._index_bytes() > config.budget_bytes:
+            if not self._build_index(pre, config):
                 return None, costs
-            pre.index = EqualityIndex(self.sub_forest)
             costs = None  # (a batch that builds the index measures the build)
         return pre.index, costs
 
-    def _index_bytes(self) -> int:
-        """The equality index's size, estimated from the forest's nodes and columns."""
-        forest = self.sub_forest
-        return len(forest) * (48 + 24 * forest.lo.shape[0])
+    def _build_index(self, pre: preloader.Preloader, config: settings.PreloadSettings) -> bool:
+        """Build the equality index from the subscription forest, unless it would
+        not fit the budget; whether it is built."""
+        if equality_index.estimated_bytes(self.sub_forest) > config.budget_bytes:
+            return False
+        pre.index = EqualityIndex(self.sub_forest)
+        return True
 
     def _log_change(self, cells: SubscriptionCells, entry: int, node: int, *, added: bool) -> None:
         columns, forest = cells.grid.columns, self.sub_forest
@@ -710,6 +715,8 @@ class DoubleForest:
         self.profile_forest.settle()
         cells = self._grid_cells(None, None)
         held = self._indexed_profile_boxes()
+        if cells is None:
+            self._settle_index(held)
         if cells is None or held is None:
             return
         lo, hi, count = held
@@ -723,6 +730,22 @@ class DoubleForest:
         cells.fill_hot(
             cold, config.fill_after, config.budget_bytes, self.sub_forest, self.entry_covers
         )
+
+    def _settle_index(self, held: tuple[Bounds, Bounds, np.ndarray] | None) -> None:
+        """In a space without a grid, build the equality index that the first
+        batch of points would otherwise build, where the held profiles (if
+        any) are mostly points, as `_index_turn` asks of a batch."""
+        config = settings.current()
+        if not config.enabled or self._live_entries() < config.min_entries:
+            return
+        pre = preloader.of(self)
+        if pre.index is not None:
+            return
+        if held is not None:
+            lo, hi, count = held
+            if 2 * int(count[_points(lo, hi)].sum()) < int(count.sum()):
+                return
+        self._build_index(pre, config)
 
     def preload_counts(self) -> dict[str, int]:
         """Profiles asked and answered from cells since last asked (then zeroed),

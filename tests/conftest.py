@@ -14,6 +14,10 @@ node ids, which pytest 9 ignores.)
 
 from __future__ import annotations
 
+import gc
+from collections.abc import Iterator
+
+import pytest
 from xdist.scheduler import LoadScopeScheduling
 
 INTEGRATION = "tests/integration/"
@@ -34,3 +38,14 @@ class IntegrationLanes(LoadScopeScheduling):
 
 def pytest_xdist_make_scheduler(config, log) -> IntegrationLanes:
     return IntegrationLanes(config, log)
+
+
+@pytest.fixture(autouse=True)
+def _heap_thawed() -> Iterator[None]:
+    """The heap as a test found it: a test that runs the processor in this
+    process leaves it frozen (`streaming.processor._freeze_heap`), and then
+    whatever was alive, garbage cycles of the tests before included, is out of
+    the cyclic GC's sight for the rest of the worker's tests."""
+    yield
+    if gc.get_freeze_count():
+        gc.unfreeze()

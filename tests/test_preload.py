@@ -22,8 +22,9 @@ from matcher.constraints import Atom, Conjunction, predicate_of
 from matcher.double_forest import DoubleForest
 from matcher.engine import Engine
 from matcher.preload import grid as preload_grid
-from matcher.preload import preloader
+from matcher.preload import path_costs, preloader
 from matcher.preload.grid import Grid
+from matcher.preload.path_costs import PathCosts
 from matcher.profiles import Profile
 from matcher.where import parse_where
 from tests import layouts, oracle
@@ -501,6 +502,9 @@ class _Twins:
         assert _pairs(*mine) == _pairs(*theirs)
         mine, theirs = self.both(lambda df: df.match_profiles_grouped(profiles, windows))
         assert [sorted(g.tolist()) for g in mine] == [sorted(g.tolist()) for g in theirs]
+        keys = 3 * np.arange(len(self.plain.subs.handles) + 1, dtype=np.int32) + 1  # (per slot)
+        mine = self.both(lambda df: df.match_profiles_grouped(profiles, windows, keys))[0]
+        assert [sorted(g.tolist()) for g in mine] == [sorted(keys[g].tolist()) for g in theirs]
 
     def ask(self, queries: list[tuple[list[Conjunction], bool, float]]) -> None:
         asked = [(conjs, covers, self.now, self.now + w) for conjs, covers, w in queries]
@@ -658,3 +662,33 @@ def _settled(built: tuple, profiles: list[Profile]) -> DoubleForest:
         df.add_profile(i, profile, 0, OPEN)
     df.settle()
     return df
+
+
+def _paths(costs: PathCosts, seconds: dict[str, float], batches: int, *, ready: bool) -> str:
+    """The path each of `batches` batches of 1,024 takes under `costs` (the
+    challenger's first letter, or "f"), each noted at `seconds[path]` a query."""
+    taken = []
+    for _ in range(batches):
+        path = costs.challenger if costs.challenger_turn(ready=ready) else "forest"
+        costs.note(path, seconds[path] * 1024, 1024)
+        taken.append(path[0])
+    return "".join(taken)
+
+
+def test_the_cheaper_path_takes_the_batches_and_the_forest_is_remeasured_seldom():
+    """A ready challenger is measured before the forest, one still to be built
+    after it; the cheaper path then takes the batches, the forest once in
+    REMEASURE times its cost over the challenger's (at most MAX_REMEASURE); a
+    dearer challenger sits out a pause that doubles each time it loses."""
+    cheap = {"index": 2.0**-16, "forest": 2.0**-12}  # (the forest 16x dearer)
+    every = 16 * path_costs.REMEASURE
+    got = _paths(PathCosts("index"), cheap, 4 + 2 * every, ready=True)
+    assert got == "iiff" + ("i" * (every - 1) + "f") * 2
+    assert _paths(PathCosts("index"), cheap, 6, ready=False) == "ffiiii"
+    dear = {"index": 2.0**-16, "forest": 2.0**-2}
+    got = _paths(PathCosts("index"), dear, 4 + path_costs.MAX_REMEASURE, ready=True)
+    assert got == "iiff" + "i" * (path_costs.MAX_REMEASURE - 1) + "f"
+    losing = {"cells": 2.0**-10, "forest": 2.0**-12}
+    pause = path_costs.PAUSE
+    got = _paths(PathCosts("cells"), losing, 4 + 3 * pause + 4, ready=True)
+    assert got == "ccff" + "f" * (pause + 1) + "cc" + "f" * (2 * pause + 1)

@@ -187,11 +187,15 @@ def test_the_index_answers_as_the_forest_under_churn_and_expiry(steps):
         twins.with_cells.check_invariants()
 
 
-def _siena_like(n: int) -> tuple[DoubleForest, list[Profile]]:
-    """`n` subscriptions of the siena workload and some of its points."""
+def _siena_workload(n: int):
     from benchmarks.workloads import build
 
-    w = build("siena", 3, n, 200)
+    return build("siena", 3, n, 200)
+
+
+def _siena_like(n: int) -> tuple[DoubleForest, list[Profile]]:
+    """`n` subscriptions of the siena workload and some of its points."""
+    w = _siena_workload(n)
     df = DoubleForest()
     for i, s in enumerate(w.subscriptions):
         df.add_subscription(i, predicate_of([[Atom(*a) for a in c] for c in s.dnf]), False, 0, OPEN)
@@ -374,3 +378,49 @@ def test_value_and_range_lists_answer_as_the_forest():
     with layouts.preload(False):
         want = df.match_profiles_grouped(points, spans)
     assert [sorted(g.tolist()) for g in got] == [sorted(w.tolist()) for w in want]
+
+
+def test_settle_builds_the_index_which_answers_first_as_the_oracle():
+    """Where a space has no grid, `settle` builds the index (held points), and
+    under the measured rule the ready index takes the first batches of points,
+    the forest the next ones; every batch answers as the oracle and the forest."""
+    from matcher.preload import settings as preload_settings
+    from tests.test_preload import _holds
+
+    with (
+        preload_settings.configured(enabled=True, min_entries=1, measured=True),
+        patch.object(preload_grid, "choose", return_value=None),
+    ):
+        df, points = _siena_like(300)
+        held = points[:40]
+        for i, p in enumerate(held):
+            df.add_profile(i, p, 0, OPEN)
+        df.settle()
+        index = preloader.peek(df).index
+        assert index is not None
+        assert index.nbytes <= equality_index.estimated_bytes(df.sub_forest) < 1.5 * index.nbytes
+        dnfs = {
+            i: [[Atom(*a) for a in c] for c in s.dnf]
+            for i, s in enumerate(_siena_workload(300).subscriptions)
+        }
+        taken = []
+        for start in range(40, 120, 20):
+            batch = points[start : start + 20]
+            got = df.match_profiles_grouped(batch, [(0, OPEN)] * len(batch))
+            taken.append(df.preload_counts()["profiles_from_index"])
+            for profile, answer in zip(batch, got, strict=True):
+                want = {i for i, dnf in dnfs.items() if _holds(dnf, False, profile.attrs)}
+                assert {df.subs.handles[s] for s in answer.tolist()} == want
+        assert taken == [20, 20, 0, 0]
+        # (what the caller keeps per slot, read per entry of the index where the
+        # answers outnumber them, as here, else per answer)
+        keys = 5 * np.arange(len(df.subs.handles), dtype=np.int32) + 2
+        with preload_settings.configured(measured=False):
+            mapped = df.match_profiles_grouped(points, [(0, OPEN)] * len(points), keys)
+            plain = df.match_profiles_grouped(points, [(0, OPEN)] * len(points))
+            assert sum(map(len, plain)) > df.n_entries
+            assert [sorted(m.tolist()) for m in mapped] == [sorted(keys[p].tolist()) for p in plain]
+            mapped = df.match_profiles_grouped(points[:5], [(0, OPEN)] * 5, keys)
+            assert [sorted(m.tolist()) for m in mapped] == [
+                sorted(keys[p].tolist()) for p in plain[:5]
+            ]

@@ -65,6 +65,10 @@ WIDTH_STEPS = 2  # two-sided ranges grouped by width: classes per binary order .
 WIDTH_CLASSES = 128  # ... and classes in all
 _EXPONENT_LOW = -30  # (exponents below this share the lowest class)
 
+MEMBER_BYTES = 58 + 32  # a member's own arrays (`_Part.nbytes`), its share of the lists' at most
+TEST_BYTES = 24  # a residual test slot of a member (column, low, high)
+ENTRY_BYTES = 5  # an entry's value (int32) and whether it is alive
+
 # (query, node) -> (overlaps, covers): the exact test for boxes that are not exact
 ExactTest = Callable[[int, int], tuple[bool, bool]]
 # What a part finds: runs of members that need no test (start, length, query),
@@ -144,12 +148,19 @@ class EqualityIndex:
         return tuple(np.concatenate([p[i] for p in parts]) for i in range(3))
 
     def match_grouped(
-        self, forest: Forest, values: Bounds, present: Mask, exact: ExactTest
+        self,
+        forest: Forest,
+        values: Bounds,
+        present: Mask,
+        exact: ExactTest,
+        slot_map: np.ndarray | None = None,
     ) -> tuple[Ids, np.ndarray]:
         """The entry values (subscription slots) of every node that holds for
         the point profiles (as `match`), grouped by query: (how many each query
-        has, the values). Runs of members are copied as runs of their entries,
-        so the cost is that of `match` with no per-node gather of entries."""
+        has, the values), or what `slot_map` keeps for those slots. Runs of
+        members are copied as runs of their entries, so the cost is that of
+        `match` with no per-node gather of entries; `slot_map` is read for the
+        index's entries or for the answers, whichever are fewer."""
         self.catch_up(forest)
         n_queries = values.shape[1]
         parts = [p for p in (self.main, self.added) if len(p)]
@@ -168,12 +179,19 @@ class EqualityIndex:
             if len(parts) == 1
             else np.concatenate([p.entry_value for p in parts])
         )
+        early = slot_map is not None and len(source) < len(positions)
+        if early:
+            source = np.take(slot_map, source.astype(np.intp), mode="clip")  # (dead too)
         if not any(p.dead for p in parts):
             counts = np.bincount(owner, weights=length, minlength=n_queries).astype(np.int64)
-            return counts, np.take(source, positions)
-        alive = np.concatenate([p.entry_alive for p in parts])[positions]
-        owner = np.repeat(owner, length)[alive]
-        return np.bincount(owner, minlength=n_queries), np.take(source, positions[alive])
+        else:
+            alive = np.concatenate([p.entry_alive for p in parts])[positions]
+            counts = np.bincount(np.repeat(owner, length)[alive], minlength=n_queries)
+            positions = positions[alive]
+        found = np.take(source, positions)
+        if slot_map is not None and not early:
+            found = np.take(slot_map, found.astype(np.intp))
+        return counts, found
 
     def check(self, forest: Forest) -> None:
         """Assert that every live node is listed once, alive (the waiting ones
@@ -213,6 +231,24 @@ def _sure_low(value: np.ndarray, narrowest: np.ndarray) -> np.ndarray:
     and of the widths (a few units in the last place)."""
     with np.errstate(all="ignore"):
         return (value - narrowest) + (np.abs(value) + narrowest) * 2.0**-50
+
+
+def estimated_bytes(forest: Forest) -> int:
+    """At least the `nbytes` of an index of the forest's live nodes, before
+    building it: every member with as many residual test slots as the most
+    constrained node has constrained columns less its key's one.
+    O(nodes × columns)."""
+    forest.sync_columns()
+    nodes = _live_nodes(forest)
+    if not len(nodes):
+        return 0
+    n = len(forest.keys)
+    lo, hi = forest.lo[:, :n], forest.hi[:, :n]
+    constrained = ((lo > -np.inf) | (hi < np.inf)).sum(axis=0)[nodes]
+    depth = max(int(constrained.max()) - 1, 0)
+    entries = int(forest.entries.count[nodes].sum())
+    positions = 8 * (int(nodes.max()) + 1)  # (`pos_of`)
+    return len(nodes) * (MEMBER_BYTES + TEST_BYTES * depth) + entries * ENTRY_BYTES + positions
 
 
 def _live_nodes(forest: Forest) -> Ids:
@@ -310,7 +346,8 @@ class _Part:
             )
             low_only = c_hi >= MAX  # (a column merely present: low-only, at -MAX)
             high_only = (c_lo <= -MAX) & ~low_only
-            width = _width_class(c_hi - c_lo) if by_width else 0
+            with np.errstate(over="ignore"):  # (MAX - -MAX is inf: the widest class)
+                width = _width_class(c_hi - c_lo) if by_width else 0
             form = np.where(low_only, 0, np.where(high_only, 1, 2 + width))
             key[members] = (
                 self.range_base + (primary * columns + column) * (2 + WIDTH_CLASSES) + form
