@@ -1,8 +1,8 @@
 # The two commands of the README: `make demo` and `make test`.
 # Both create the virtual environment and install the pinned dependencies
 # first, so they work on a fresh machine with nothing but Python 3.11 (and
-# Java 17); the install ends with the driver's class archive, which takes
-# a fifth off each start of a Spark job (streaming/class_archive.py).
+# Java 17); the install ends with the driver's class archive, which Spark
+# jobs start from (streaming/class_archive.py).
 
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
