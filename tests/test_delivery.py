@@ -145,6 +145,24 @@ def test_faircast_spreads_and_bestcast_takes_the_nearest():
     assert sorted(m["subscription_id"] for m in matches) == ["c", "d"]
 
 
+def test_a_faircast_member_that_leaves_without_pairs_counts_afresh_when_back():
+    """§5: served counts run since a member joined its group; one that expires or
+    unsubscribes while it holds no pair leaves the group all the same."""
+    fair = {"group": "f", "mode": "faircast", "k": 1}
+    for leaves in (
+        sub("a", 0, 10, ts=3, valid_to=BASE + 4, delivery=fair),  # (no pair: expires)
+        ("subscription", {"op": "unsubscribe", "id": "a", "space": "city", "ts": BASE + 4}),
+    ):
+        matches, _ = run(
+            [sub(s, 0, 10, delivery=fair) for s in ("a", "b")]
+            + [pub(p, 5, ts=1) for p in ("p1", "p2", "p3")]  # (a served twice, b once)
+            + [pub(p, 50, ts=2) for p in ("p1", "p2", "p3")]  # (no pairs left)
+            + [leaves, sub("a", 0, 10, ts=5, delivery=fair), pub("p4", 5, ts=6)]
+        )
+        assert [m["subscription_id"] for m in matches[:3]] == ["a", "b", "a"]
+        assert (matches[-1]["event"], matches[-1]["subscription_id"]) == ("match", "a")
+
+
 def test_dwell_waits_exit_dwell_holds_on_and_margin_keeps_a_wobbling_pair():
     records = [
         sub("s", 0, 10, dwell_ms=5, exit_dwell_ms=4),

@@ -210,16 +210,17 @@ class Delivery:
             touched.update((cid, pid) for pid in self.by_sub.get(cid, ()))
         elif cause.kind == "profile":
             touched.update((sid, cid) for sid in self.by_prof.get(cid, ()))
-        if not touched:
-            return []
         old_group = None
         if cause.kind == "subscription" and cause.old is not None:
             options = cause.old.record.options
             old_group = options.group if options is not None else None
             new = subs.get(cid)
-            new_group = new.record.options.group if new is not None else None
+            new_options = new.record.options if new is not None else None
+            new_group = new_options.group if new_options is not None else None
             if old_group is not None and old_group != new_group:
                 self._count(old_group, cid, None)  # (left the group: served counts restart)
+        if not touched:
+            return []
         handed_over = _handed_over(cause, subs)
         groups: set[tuple[str, str]] = set()
         for key in touched:
