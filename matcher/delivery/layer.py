@@ -12,11 +12,14 @@ State: the pairs (`sustain.Pair`) that hold or are delivered, the chosen
 members per (group, profile), how often each member was served; indexed by
 subscription and by profile; the timers, as a heap of due times and the pairs
 due at each (a profile's pairs share one due time: one heap entry for them
-all). A pair in the index without a `Pair` is *settled*: on and told, holding by
-the relation, told in its subscription's group (if any), its last record telling
-the versions held (`_settled`); most pairs of a group's chosen members and of
-sustained matches past their dwell are, and keep no object of their own. Each
-step logs the items it changed (`drain_changes`: `(item key, JSON
+all). Two kinds of pairs in the index keep no `Pair` of their own:
+- *settled*: on and told, holding by the relation, told in its subscription's
+  group (if any), its last record telling the versions held (`_settled`); most
+  pairs of a group's chosen members and of sustained matches past their dwell;
+- *waiting*: pending since its profile's first version, untouched since, of a
+  subscription in no group (`_waiting`: per profile and due time, each member's
+  reason; one timer for them all). A step that touches one gives it a `Pair`.
+Each step logs the items it changed (`drain_changes`: `(item key, JSON
 or None)`), so that a state store keeps it with the held records' changes and
 `restore` sets it back.
 """
@@ -83,9 +86,12 @@ class Delivery:
         self.served: dict[tuple[str, str], int] = {}  # (group, member) -> times chosen
         # Timers: a heap of distinct due times, and the pairs due at each. A pair's
         # timer is live while it is pending or leaving with that `due`; the others
-        # (cancelled or moved) are dropped when met.
+        # (cancelled or moved) are dropped when met. A key `(None, profile id)` is the
+        # timer of the profile's waiting pairs due then.
         self._timers: list[int] = []
-        self._due: dict[int, list[Key]] = {}
+        self._due: dict[int, list[Key | tuple[None, str]]] = {}
+        # The waiting pairs: profile id -> due time -> subscription id -> reason.
+        self._waiting: dict[str, dict[int, dict[str, str]]] = {}
         self._changed = Changed()
 
     # -- state -------------------------------------------------------------------
@@ -96,22 +102,28 @@ class Delivery:
     def next_due(self) -> int | None:
         """The earliest live timer's due time, dropping the dead ones met on the way.
         O(log t) amortized for t due times."""
-        timers, due_at, pairs = self._timers, self._due, self.pairs
+        timers, due_at, pairs, waiting = self._timers, self._due, self.pairs, self._waiting
         while timers:
             due = timers[0]
             keys = due_at[due]
             while keys:
-                pair = pairs.get(keys[-1])
-                if pair is not None and pair.due == due and pair.phase in _TIMED:
-                    return due
+                sid, pid = keys[-1]
+                if sid is None:
+                    if due in waiting.get(pid, ()):
+                        return due
+                else:
+                    pair = pairs.get((sid, pid))
+                    if pair is not None and pair.due == due and pair.phase in _TIMED:
+                        return due
                 keys.pop()
             del due_at[due]
             heapq.heappop(timers)
         return None
 
-    def _set_timer(self, due: int, key: Key) -> None:
-        """A timer for the pair `key` at `due` (its `due`). O(1), or O(log t) for a
-        due time not held yet."""
+    def _set_timer(self, due: int, key: Key | tuple[None, str]) -> None:
+        """A timer for the pair `key` at `due` (its `due`), or for a profile's waiting
+        pairs due then (`(None, profile id)`). O(1), or O(log t) for a due time not
+        held yet."""
         keys = self._due.get(due)
         if keys is None:
             self._due[due] = [key]
@@ -138,12 +150,25 @@ class Delivery:
             count = self.served.get((a, b))
             out.append((_SEP.join(("n", a, b)), None if not count else str(count)))
         for a, b in sorted(changed.pairs):
-            pair = self.pairs.get((a, b))
-            if pair is None and b in self.by_sub.get(a, ()):
-                pair = _settled(subs[a], profiles[b])
+            pair = self.pair_state((a, b), subs, profiles)
             text = None if pair is None else json.dumps(pair.to_json())
             out.append((_SEP.join(("p", a, b)), text))
         return out
+
+    def pair_state(
+        self, key: Key, subs: Mapping[str, Held], profiles: Mapping[str, Held]
+    ) -> Pair | None:
+        """The state of the pair `key` (its `Pair`, or the one a waiting or settled pair
+        stands for), None where none is held; `subs` and `profiles` those held. O(d)
+        for d due times of the profile's waiting pairs."""
+        pair = self.pairs.get(key)
+        sid, pid = key
+        if pair is not None or pid not in self.by_sub.get(sid, ()):
+            return pair
+        for due, members in self._waiting.get(pid, {}).items():
+            if sid in members:
+                return Pair(PENDING, due, members[sid], True, True)
+        return _settled(subs[sid], profiles[pid])
 
     def forget_changes(self) -> None:
         """Drop the changed items since the last drain (an owner with no change log)."""
@@ -170,13 +195,45 @@ class Delivery:
         else:
             self.served[a, b] = int(text)
 
+    def _unwait(self, key: Key) -> Pair | None:
+        """The `Pair` a waiting pair stands for, no longer waiting (its timer is the
+        caller's to set), or None if `key` is not waiting. O(d) for d due times of
+        the profile's waiting pairs."""
+        sid, pid = key
+        blocks = self._waiting.get(pid)
+        if blocks is None:
+            return None
+        for due, members in blocks.items():
+            if sid in members:
+                reason = members.pop(sid)
+                if not members:
+                    del blocks[due]
+                    if not blocks:
+                        del self._waiting[pid]
+                return Pair(PENDING, due, reason, True, True)
+        return None
+
+    def _held_pair(self, cause: Cause, key: Key, sub: Held | None, prof: Held | None) -> Pair:
+        """The `Pair` of a pair in the index, made and kept from now on where it has
+        none (waiting: pending with its timer; settled: `_unsettled`). O(1) plus
+        `_unwait`'s."""
+        pair = self.pairs.get(key)
+        if pair is None:
+            pair = self._unwait(key)
+            if pair is None:
+                return self._unsettled(cause, key, sub, prof)
+            self.pairs[key] = pair
+            self._set_timer(pair.due, key)
+        return pair
+
     def _add(self, key: Key, pair: Pair) -> None:
         self.pairs[key] = pair
         self.by_sub.setdefault(key[0], set()).add(key[1])
         self.by_prof.setdefault(key[1], set()).add(key[0])
 
     def _remove(self, key: Key) -> None:
-        self.pairs.pop(key, None)  # (a settled pair has none)
+        if self.pairs.pop(key, None) is None:  # (a settled or waiting pair has none)
+            self._unwait(key)
         for index, a, b in ((self.by_sub, *key), (self.by_prof, key[1], key[0])):
             others = index[a]
             others.discard(b)
@@ -229,7 +286,7 @@ class Delivery:
             pair = self.pairs.get(key)
             if pair is None:
                 if pid in self.by_sub.get(sid, ()):
-                    pair = self._unsettled(cause, key, sub, prof)
+                    pair = self._held_pair(cause, key, sub, prof)
                 else:
                     pair = Pair()
                     self._add(key, pair)
@@ -274,13 +331,21 @@ class Delivery:
         pairs, by_sub, served = self.pairs, self.by_sub, self.served
         told: list[tuple[str, Held, str]] = []  # the pairs delivered now, their reasons
         groups: dict[str, list[tuple[str, Held, str]]] = {}  # group -> members on, reasons
+        waiting: dict[int, dict[str, str]] = {}  # due -> the waiting pairs' reasons
         for _, reason, sub, _ in raw:
             record = sub.record
             sid, options = record.id, record.options
             if options.dwell_ms:
                 due = ts + options.dwell_ms
-                pairs[sid, pid] = Pair(PENDING, due, reason, True, True)
-                self._set_timer(due, (sid, pid))
+                if options.group is None:
+                    members = waiting.get(due)
+                    if members is None:
+                        members = waiting[due] = {}
+                        self._set_timer(due, (None, pid))
+                    members[sid] = reason
+                else:
+                    pairs[sid, pid] = Pair(PENDING, due, reason, True, True)
+                    self._set_timer(due, (sid, pid))
             elif options.group is None:
                 told.append((sid, sub, reason))  # (settled: no Pair)
             else:  # (a Pair below if its group does not choose it: else settled)
@@ -294,6 +359,8 @@ class Delivery:
                 by_sub[sid] = {pid}
             else:
                 others.add(pid)
+        if waiting:
+            self._waiting[pid] = waiting
         made: dict[str, set[str]] = {}  # group -> the chosen set made
         if raw:
             self.by_prof[pid] = {sub.record.id for _, _, sub, _ in raw}
@@ -325,10 +392,20 @@ class Delivery:
         step at that time. Returns the records."""
         t = self.next_due()
         heapq.heappop(self._timers)
-        pairs = self.pairs
+        pairs, waiting = self.pairs, self._waiting
         fired: list[tuple[Key, Pair]] = []
+        ready: list[tuple[Key, str]] = []  # the waiting pairs due now, their reasons
         grouped = False
         for key in self._due.pop(t):
+            sid, pid = key
+            if sid is None:
+                blocks = waiting.get(pid)
+                members = blocks.pop(t, None) if blocks is not None else None
+                if members is not None:  # (else: a dead timer, or fired already)
+                    if not blocks:
+                        del waiting[pid]
+                    ready += [((member, pid), reason) for member, reason in members.items()]
+                continue
             pair = pairs.get(key)
             if pair is None or pair.due != t or pair.phase not in _TIMED:
                 continue  # (a dead timer, or a key set twice: fired already)
@@ -338,7 +415,10 @@ class Delivery:
                 grouped or pair.group is not None or subs[key[0]].record.options.group is not None
             )
         if not grouped:
-            return self._fired_alone(t, fired, subs, profiles, emit)
+            return self._fired_alone(t, fired, ready, subs, profiles, emit)
+        for key, reason in ready:  # (on now: §5 sees them through their `Pair`s)
+            pair = pairs[key] = Pair(ON, None, reason, True, True)
+            fired.append((key, pair))
         groups = set()
         for (sid, pid), _ in fired:
             for g in (subs[sid].record.options.group, pairs[sid, pid].group):
@@ -351,19 +431,32 @@ class Delivery:
         self,
         t: int,
         fired: list[tuple[Key, Pair]],
+        ready: list[tuple[Key, str]],
         subs: Mapping[str, Held],
         profiles: Mapping[str, Held],
         emit: Emit,
     ) -> list[Any]:
-        """`_settle` for a timer step whose pairs (`fired`: each key and pair) are in no
-        group: a pair that became on is sent `match`, one that went off `unmatch`, each
-        with the reason its timer kept (§4, §6). O(p log p) for p pairs."""
+        """`_settle` for a timer step whose pairs (`fired`: each key and pair; `ready`:
+        each waiting pair's key and reason) are in no group: a pair that became on is
+        sent `match`, one that went off `unmatch`, each with the reason its timer kept
+        (§4, §6); a waiting pair is on and settled now. O(p log p) for p pairs."""
         out = []
         logged = self._changed.pairs
-        fired.sort(key=_FIRST)
-        for key, pair in fired:
+        if ready:
+            logged.update(map(_FIRST, ready))
+            ready.sort(key=_FIRST)
+            pid = ready[0][0][1]
+            if not fired and all(key[1] == pid for key, _ in ready):
+                prof = profiles[pid]  # (one profile's waiting pairs alone, the common case)
+                return emit([("match", reason, subs[key[0]], prof) for key, reason in ready], t)
+        items: list[tuple[Key, Pair | str]] = [*fired, *ready]
+        items.sort(key=_FIRST)
+        for key, pair in items:
             sid, pid = key
             sub, prof = subs[sid], profiles[pid]
+            if type(pair) is str:  # (a waiting pair: on now, settled)
+                out.append(("match", pair, sub, prof))
+                continue
             if pair.phase == ON:
                 if not pair.told:
                     out.append(("match", pair.reason, sub, prof))
@@ -411,7 +504,7 @@ class Delivery:
             sub, prof = subs.get(sid), profiles.get(pid)
             pair, now = self.pairs.get(key), target[key]
             if pair is None:
-                pair = self._unsettled(cause, key, sub, prof)
+                pair = self._held_pair(cause, key, sub, prof)
             group = sub.record.options.group if sub is not None else None
             retold = False
             if pair.told and (not now or sid == handed_over or pair.group != group):
@@ -455,7 +548,7 @@ class Delivery:
         pairs = self.pairs
         for sid in self.by_prof.get(pid, ()):
             sub = subs.get(sid)
-            pair = pairs.get((sid, pid))  # (None: settled, on)
+            pair = pairs.get((sid, pid))  # (None: settled, on; or waiting, in no group)
             if sub is not None and (pair is None or pair.phase in DELIVERED):
                 group = sub.record.options.group
                 if group is not None:

@@ -310,6 +310,18 @@ def _changes_logged_apart(state: Attributes) -> Attributes:
     return state
 
 
+# -- format 9: waiting delivery pairs without a `Pair` ------------------------------
+
+
+@upgrade("matcher.delivery.layer", "Delivery", before=9)
+def _no_waiting_pairs(state: Attributes) -> Attributes:
+    """A delivery state of a snapshot from before waiting pairs (pending since their
+    profile's first version, `Delivery._waiting`) keeps a `Pair` for each, as a
+    touched one keeps now: none wait."""
+    state["_waiting"] = {}
+    return state
+
+
 # -- every format ----------------------------------------------------------------
 
 # An upgrade registered `before=EVERY_FORMAT` applies to snapshots of the current
