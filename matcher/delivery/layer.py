@@ -63,14 +63,17 @@ class Cause:
 @dataclass(slots=True)
 class Changed:
     """What a `Delivery` changed since drained: pairs, chosen sets `(group, profile)`,
-    served counts `(group, member)`, and each profile whose first version it made, with
-    the chosen set it made per group (so every pair, chosen set and count of those,
-    expanded when drained: a first version logs one item, not three a pair)."""
+    served counts `(group, member)`; each profile whose first version it made, with
+    the chosen set it made per group (so every pair, chosen set and count of those),
+    and each profile with the subscriptions of its waiting pairs that a timer made on
+    (expanded when drained: a first version or a timer logs one item, not one a
+    pair)."""
 
     pairs: set[Key] = field(default_factory=set)
     chosen: set[tuple[str, str]] = field(default_factory=set)
     served: set[tuple[str, str]] = field(default_factory=set)
     firsts: list[tuple[str, dict[str, set[str]]]] = field(default_factory=list)
+    waited: list[tuple[str, list[str]]] = field(default_factory=list)
 
 
 class Delivery:
@@ -137,6 +140,8 @@ class Delivery:
         """The items changed since the last drain: `(key, JSON or None)`; `subs` and
         `profiles` those held (a settled pair's versions)."""
         changed, self._changed = self._changed, Changed()
+        for pid, sids in changed.waited:
+            changed.pairs.update((sid, pid) for sid in sids)
         for pid, made in changed.firsts:
             changed.pairs.update((sid, pid) for sid in self.by_prof.get(pid, ()))
             for group, members in made.items():
@@ -394,7 +399,7 @@ class Delivery:
         heapq.heappop(self._timers)
         pairs, waiting = self.pairs, self._waiting
         fired: list[tuple[Key, Pair]] = []
-        ready: list[tuple[Key, str]] = []  # the waiting pairs due now, their reasons
+        ready: list[tuple[str, dict[str, str]]] = []  # the waiting pairs due now, by profile
         grouped = False
         for key in self._due.pop(t):
             sid, pid = key
@@ -404,7 +409,7 @@ class Delivery:
                 if members is not None:  # (else: a dead timer, or fired already)
                     if not blocks:
                         del waiting[pid]
-                    ready += [((member, pid), reason) for member, reason in members.items()]
+                    ready.append((pid, members))
                 continue
             pair = pairs.get(key)
             if pair is None or pair.due != t or pair.phase not in _TIMED:
@@ -416,9 +421,10 @@ class Delivery:
             )
         if not grouped:
             return self._fired_alone(t, fired, ready, subs, profiles, emit)
-        for key, reason in ready:  # (on now: §5 sees them through their `Pair`s)
-            pair = pairs[key] = Pair(ON, None, reason, True, True)
-            fired.append((key, pair))
+        for pid, members in ready:  # (on now: §5 sees them through their `Pair`s)
+            for sid, reason in members.items():
+                pair = pairs[sid, pid] = Pair(ON, None, reason, True, True)
+                fired.append(((sid, pid), pair))
         groups = set()
         for (sid, pid), _ in fired:
             for g in (subs[sid].record.options.group, pairs[sid, pid].group):
@@ -431,25 +437,27 @@ class Delivery:
         self,
         t: int,
         fired: list[tuple[Key, Pair]],
-        ready: list[tuple[Key, str]],
+        ready: list[tuple[str, dict[str, str]]],
         subs: Mapping[str, Held],
         profiles: Mapping[str, Held],
         emit: Emit,
     ) -> list[Any]:
         """`_settle` for a timer step whose pairs (`fired`: each key and pair; `ready`:
-        each waiting pair's key and reason) are in no group: a pair that became on is
-        sent `match`, one that went off `unmatch`, each with the reason its timer kept
-        (§4, §6); a waiting pair is on and settled now. O(p log p) for p pairs."""
+        per profile, its waiting pairs' subscriptions and reasons) are in no group: a
+        pair that became on is sent `match`, one that went off `unmatch`, each with the
+        reason its timer kept (§4, §6); a waiting pair is on and settled now. O(p log p)
+        for p pairs."""
         out = []
         logged = self._changed.pairs
-        if ready:
-            logged.update(map(_FIRST, ready))
-            ready.sort(key=_FIRST)
-            pid = ready[0][0][1]
-            if not fired and all(key[1] == pid for key, _ in ready):
-                prof = profiles[pid]  # (one profile's waiting pairs alone, the common case)
-                return emit([("match", reason, subs[key[0]], prof) for key, reason in ready], t)
-        items: list[tuple[Key, Pair | str]] = [*fired, *ready]
+        for pid, members in ready:
+            self._changed.waited.append((pid, list(members)))
+        if len(ready) == 1 and not fired:  # (one profile's waiting pairs: the common case)
+            pid, members = ready[0]
+            prof = profiles[pid]
+            return emit([("match", members[s], subs[s], prof) for s in sorted(members)], t)
+        items: list[tuple[Key, Pair | str]] = fired + [
+            ((sid, pid), reason) for pid, members in ready for sid, reason in members.items()
+        ]
         items.sort(key=_FIRST)
         for key, pair in items:
             sid, pid = key

@@ -317,8 +317,10 @@ def _changes_logged_apart(state: Attributes) -> Attributes:
 def _no_waiting_pairs(state: Attributes) -> Attributes:
     """A delivery state of a snapshot from before waiting pairs (pending since their
     profile's first version, `Delivery._waiting`) keeps a `Pair` for each, as a
-    touched one keeps now: none wait."""
+    touched one keeps now: none wait. Its `Changed` (empty in a snapshot) lacks the
+    waiting pairs' list: a new one."""
     state["_waiting"] = {}
+    state["_changed"] = Changed()
     return state
 
 
