@@ -310,6 +310,18 @@ def _changes_logged_apart(state: Attributes) -> Attributes:
     return state
 
 
+# -- format 9: the bit rows of a wide list's blocks ---------------------------------
+
+
+@upgrade("matcher.forest", "_Mirror", before=9)
+@upgrade("matcher.forest.wide_list", "WideList", before=9)
+def _without_block_bits(state: Attributes) -> Attributes:
+    """A wide list of a snapshot from before its blocks kept bit rows has none:
+    they are made from its blocks when they are next read."""
+    state.setdefault("bits", None)
+    return state
+
+
 # -- every format ----------------------------------------------------------------
 
 # An upgrade registered `before=EVERY_FORMAT` applies to snapshots of the current
