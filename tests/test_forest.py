@@ -465,12 +465,44 @@ def test_filter_queries_meet_every_box_they_meet_whatever_the_chunks(data):
 
 @settings(max_examples=200, deadline=None, print_blob=True)
 @given(st.data())
+def test_blocks_tested_together_meet_like_brute_force(data):
+    """`meeting_in_blocks`: (query, block) pairs, blocks with different query
+    counts padded together in tensors of any chunk size, some columns left
+    to the pair-by-pair test: within the pairs' blocks, the (query, box)
+    pairs of a brute-force test, each once."""
+    rng, _, (q_lo, q_hi, _, qs) = _drawn_filters(data, 1)
+    size, blocks = data.draw(st.integers(1, 6)), data.draw(st.integers(1, 8))
+    lo = rng.integers(0, 10, (q_lo.shape[0], size * blocks)).astype(float)
+    hi = lo + rng.integers(0, 4, lo.shape)
+    asked = rng.random((len(qs), blocks)) < data.draw(st.sampled_from([0.2, 0.6, 1.0]))
+    rows, hit_blocks = np.nonzero(asked)
+    order = np.argsort(hit_blocks, kind="stable")
+    tested = rng.permutation(q_lo.shape[0]).tolist()
+    shrunk = {"CHUNK": data.draw(st.integers(1, 120)), "SPARSE": data.draw(st.integers(1, 40))}
+    with patch.multiple(tuning, **shrunk):
+        r, k = box_kernels.meeting_in_blocks(
+            lo, hi, size, qs, rows[order], hit_blocks[order], q_lo, q_hi, tested
+        )
+    got = list(zip(r.tolist(), k.tolist(), strict=True))
+    meet = (q_lo[:, :, None] <= hi[:, None, :]) & (lo[:, None, :] <= q_hi[:, :, None])
+    expected = {
+        (row, box)
+        for row, q in enumerate(qs.tolist())
+        for box in range(size * blocks)
+        if asked[row, box // size] and meet[:, q, box].all()
+    }
+    assert len(got) == len(set(got)) and set(got) == expected
+
+
+@settings(max_examples=200, deadline=None, print_blob=True)
+@given(st.data())
 def test_boxes_of_met_blocks_found_through_their_bits_meet_like_brute_force(data):
     """`BlockBits.meeting`: (query, block) pairs, blocks of any size (a word of
     64 bits or several), any number of bit rows, some boxes open or missing on
     a column, some moved in after the rows were made (`widen`), some columns
-    left untested: within the pairs' blocks, the (query, box) pairs of a
-    brute-force test on the tested columns, each once."""
+    left untested, dense pairs left to the tensors: within the pairs' blocks,
+    the (query, box) pairs of a brute-force test on the tested columns, each
+    once."""
     rng, _, (q_lo, q_hi, _, qs) = _drawn_filters(data, 1)
     size = data.draw(st.sampled_from([1, 2, 5, 64, 70, 130]))
     blocks = data.draw(st.integers(1, 4))
@@ -493,7 +525,14 @@ def test_boxes_of_met_blocks_found_through_their_bits_meet_like_brute_force(data
     asked = rng.random((len(qs), blocks)) < data.draw(st.sampled_from([0.2, 0.6, 1.0]))
     rows, hit_blocks = np.nonzero(asked)
     tested = rng.permutation(q_lo.shape[0])[: data.draw(st.integers(0, q_lo.shape[0]))]
-    r, k = bits.meeting(lo, hi, qs, rows, hit_blocks, q_lo, q_hi, tested.tolist())
+    shrunk = {
+        "BIT_DENSE": data.draw(st.sampled_from([1, 4, 1 << 20])),
+        "BIT_SAMPLE": data.draw(st.integers(1, 5)),
+        "BIT_DENSE_SAMPLE": data.draw(st.sampled_from([1, 4, 1 << 20])),
+        "CHUNK": 50,
+    }
+    with patch.multiple(tuning, **shrunk):
+        r, k = bits.meeting(lo, hi, qs, rows, hit_blocks, q_lo, q_hi, tested.tolist())
     got = list(zip(r.tolist(), k.tolist(), strict=True))
     meet = (q_lo[tested, :, None] <= hi[tested, None, :]) & (
         lo[tested, None, :] <= q_hi[tested, :, None]

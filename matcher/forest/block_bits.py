@@ -25,6 +25,7 @@ import numpy as np
 
 from matcher.forest import tuning
 from matcher.forest.arrays import Bounds, Ids
+from matcher.forest.box_kernels import meeting_in_blocks
 
 LOW, HIGH = 0, 1  # the two sides of a column's rows
 
@@ -135,10 +136,88 @@ class BlockBits:
         the boxes (`lo`, `hi`) in this index's blocks: as (index into
         `queries`, index into the boxes), each pair once. O(pairs × columns ×
         words) to AND the queries' rows, then O(columns) a box whose bit
-        survives (a few times the pairs that meet) to test its bounds."""
+        survives (a few times the pairs that meet) to test its bounds. A pair
+        whose rows leave over 1/BIT_DENSE of its block is tested as a tensor
+        (`meeting_in_blocks`: there a box costs less than its bit would), and
+        so is every pair where a sample of BIT_SAMPLE pairs' rows leave over
+        1/BIT_DENSE_SAMPLE of their blocks."""
         empty = np.zeros(0, dtype=np.int64)
         if not len(pair_rows):
             return empty, empty
+        if not tested:
+            dense = np.ones(len(pair_rows), dtype=bool)  # (no column tested: every box)
+        else:
+            # A sample of the pairs first: where its rows leave over
+            # 1/BIT_DENSE_SAMPLE of its blocks, all pairs go to the tensors
+            # without the rows' cost.
+            sample = np.linspace(0, len(pair_rows) - 1, min(tuning.BIT_SAMPLE, len(pair_rows)))
+            sample = sample.astype(np.int64)
+            some = self._anded(
+                queries, pair_rows[sample], pair_blocks[sample], query_lo, query_hi, tested
+            )
+            left = int(np.bitwise_count(some).sum())  # (the sample's bits left)
+            if left * tuning.BIT_DENSE_SAMPLE > len(sample) * self.size:
+                dense = np.ones(len(pair_rows), dtype=bool)
+            else:
+                found = self._anded(queries, pair_rows, pair_blocks, query_lo, query_hi, tested)
+                dense = self._dense(found)
+        parts = []
+        if dense.any():
+            at = np.flatnonzero(dense)
+            at = at[np.argsort(pair_blocks[at], kind="stable")]
+            parts.append(
+                meeting_in_blocks(
+                    lo,
+                    hi,
+                    self.size,
+                    queries,
+                    pair_rows[at],
+                    pair_blocks[at],
+                    query_lo,
+                    query_hi,
+                    tested,
+                )
+            )
+            if dense.all():
+                return parts[0]
+            sparse = ~dense
+            found, pair_rows, pair_blocks = found[sparse], pair_rows[sparse], pair_blocks[sparse]
+        words = self.words
+        # The set bits: the words that have any, their bytes that have any,
+        # then each byte's bits from a table.
+        flat = found.reshape(-1)
+        some = np.flatnonzero(flat)
+        in_words = flat[some].view(np.uint8)
+        some_bytes = np.flatnonzero(in_words)
+        values = in_words[some_bytes]
+        count = _BIT_COUNT[values]
+        byte_of = np.repeat(np.arange(len(some_bytes)), count)
+        nth = np.arange(len(byte_of)) - np.repeat(np.cumsum(count) - count, count)
+        bit = _BIT_AT[values[byte_of], nth]
+        byte = some[some_bytes[byte_of] >> 3] * 8 + (some_bytes[byte_of] & 7)
+        pair, within = byte // (8 * words), (byte % (8 * words)) * 8 + bit
+        box = pair_blocks[pair] * self.size + within
+        row = pair_rows[pair]
+        ok = np.ones(len(row), dtype=bool)
+        row_queries = queries[row]
+        for col in tested:
+            ok &= np.take(query_lo[col], row_queries) <= np.take(hi[col], box)
+            ok &= np.take(lo[col], box) <= np.take(query_hi[col], row_queries)
+        if not parts:
+            return row[ok], box[ok]
+        return np.concatenate([parts[0][0], row[ok]]), np.concatenate([parts[0][1], box[ok]])
+
+    def _anded(
+        self,
+        queries: Ids,
+        pair_rows: Ids,
+        pair_blocks: Ids,
+        query_lo: Bounds,
+        query_hi: Bounds,
+        tested: list[int],
+    ) -> np.ndarray:
+        """For each (query, block) pair, the AND of its rows over the `tested`
+        columns (not empty): (pairs × words). O(pairs × columns × words)."""
         rows, words = self.edges.shape[2] + 1, self.words
         pair_queries = queries[pair_rows]
         first_row = pair_blocks * rows
@@ -156,29 +235,8 @@ class BlockBits:
             found &= np.take(
                 self.bits[HIGH, col].reshape(-1, words), first_row + row_of[pair_queries], axis=0
             )
-        if found is None:  # (no column tested: every box of every block)
-            found = np.zeros((len(pair_rows), words), dtype=np.uint64)
-            found.view(np.uint8).reshape(len(pair_rows), -1)[:] = 0xFF
-        # The set bits: the words that have any, their bytes that have any,
-        # then each byte's bits from a table.
-        flat = found.reshape(-1)
-        some = np.flatnonzero(flat)
-        in_words = flat[some].view(np.uint8)
-        some_bytes = np.flatnonzero(in_words)
-        values = in_words[some_bytes]
-        count = _BIT_COUNT[values]
-        byte_of = np.repeat(np.arange(len(some_bytes)), count)
-        nth = np.arange(len(byte_of)) - np.repeat(np.cumsum(count) - count, count)
-        bit = _BIT_AT[values[byte_of], nth]
-        byte = some[some_bytes[byte_of] >> 3] * 8 + (some_bytes[byte_of] & 7)
-        pair, within = byte // (8 * words), (byte % (8 * words)) * 8 + bit
-        keep = within < self.size  # (the padding's bits of an all-ones start)
-        pair, within = pair[keep], within[keep]
-        box = pair_blocks[pair] * self.size + within
-        row = pair_rows[pair]
-        ok = np.ones(len(row), dtype=bool)
-        row_queries = queries[row]
-        for col in tested:
-            ok &= np.take(query_lo[col], row_queries) <= np.take(hi[col], box)
-            ok &= np.take(lo[col], box) <= np.take(query_hi[col], row_queries)
-        return row[ok], box[ok]
+        return found
+
+    def _dense(self, found: np.ndarray) -> np.ndarray:
+        """Which pairs' ANDed rows (`found`) hold over 1/BIT_DENSE of a block."""
+        return np.bitwise_count(found).sum(axis=1) * tuning.BIT_DENSE > self.size
