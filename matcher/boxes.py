@@ -62,8 +62,8 @@ class Dims:
         necessary condition: the exact test must run); None if the filter
         constrains a column these dims lack and may not `grow`. O(constraints)."""
         bounds: dict[int, tuple[float, float]] = {}
-        exact = conj.residual  # IS NULL and computed tests: no box says them
-        columns = self.columns
+        exact = bool(conj.absent or conj.computed)  # (`residual`): no box says them
+        columns, codes = self.columns, self.codes
         for attr, constraint in conj.constraints.items():
             kind = constraint.type
             if kind is None:
@@ -74,11 +74,23 @@ class Dims:
                 if not grow:
                     return None
                 col = self.column(attr, kind)
-            if kind == NUM and constraint.allowed is None:  # the common range, inline
-                lo = -MAX if constraint.lo is None else max(constraint.lo, -MAX)
-                hi = MAX if constraint.hi is None else min(constraint.hi, MAX)
-                bounds[col] = (lo, hi)
-                exact = exact or bool(constraint.excluded or constraint.none_of)
+            allowed = constraint.allowed
+            if allowed is None:
+                if kind == NUM:  # the common range, inline
+                    lo, hi = constraint.lo, constraint.hi
+                    lo = -MAX if lo is None else lo if lo > -MAX else -MAX
+                    hi = MAX if hi is None else hi if hi < MAX else MAX
+                    bounds[col] = (lo, hi)
+                    if constraint.excluded or constraint.none_of:
+                        exact = True
+                    continue
+            elif kind == STR and len(allowed) == 1:  # one string (`=`), inline
+                for value in allowed:
+                    code = codes.get(value)
+                    low = float(code) if code is not None else self.code(value)
+                    bounds[col] = (low, low)
+                if constraint.none_of:
+                    exact = True
                 continue
             lo, hi, is_exact = self._bounds(constraint)
             bounds[col] = (max(lo, -MAX), min(hi, MAX))

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from matcher.constraints import conjunction_of
 from matcher.double_forest import DoubleForest
 from matcher.forest import ROOT, Forest, box_kernels, tuning
+from matcher.forest.block_bits import BlockBits
 from matcher.forest.point_columns import PointColumns
 from matcher.profiles import Profile
 from matcher.where import parse_where
@@ -484,6 +485,58 @@ def test_blocks_tested_together_meet_like_brute_force(data):
         )
     got = list(zip(r.tolist(), k.tolist(), strict=True))
     meet = (q_lo[:, :, None] <= hi[:, None, :]) & (lo[:, None, :] <= q_hi[:, :, None])
+    expected = {
+        (row, box)
+        for row, q in enumerate(qs.tolist())
+        for box in range(size * blocks)
+        if asked[row, box // size] and meet[:, q, box].all()
+    }
+    assert len(got) == len(set(got)) and set(got) == expected
+
+
+@settings(max_examples=200, deadline=None, print_blob=True)
+@given(st.data())
+def test_boxes_of_met_blocks_found_through_their_bits_meet_like_brute_force(data):
+    """`BlockBits.meeting`: (query, block) pairs, blocks of any size (a word of
+    64 bits or several), any number of bit rows, some boxes open or missing on
+    a column, some moved in after the rows were made (`widen`), some columns
+    left untested, dense pairs left to the tensors: within the pairs' blocks,
+    the (query, box) pairs of a brute-force test on the tested columns, each
+    once."""
+    rng, _, (q_lo, q_hi, _, qs) = _drawn_filters(data, 1)
+    size = data.draw(st.sampled_from([1, 2, 5, 64, 70, 130]))
+    blocks = data.draw(st.integers(1, 4))
+    lo = rng.integers(0, 10, (q_lo.shape[0], size * blocks)).astype(float)
+    hi = lo + rng.integers(0, 4, lo.shape)
+    odd = rng.random(lo.shape) < data.draw(st.sampled_from([0.0, 0.2]))
+    missing = odd & (rng.random(lo.shape) < 0.5)
+    lo[missing], hi[missing] = np.inf, -np.inf
+    lo[odd & ~missing], hi[odd & ~missing] = -np.inf, np.inf
+    absent = rng.random(q_lo.shape) < data.draw(st.sampled_from([0.0, 0.2]))  # (profiles')
+    q_lo, q_hi = np.where(absent, np.inf, q_lo), np.where(absent, -np.inf, q_hi)
+    with patch.multiple(tuning, BIT_ROWS=data.draw(st.integers(2, 9))):
+        bits = BlockBits(lo, hi, size)
+    bits.rebuild_from(0, lo, hi)
+    moved = rng.random(lo.shape[1]) < data.draw(st.sampled_from([0.0, 0.3]))
+    lo[:, moved] = rng.integers(0, 12, (lo.shape[0], int(moved.sum())))
+    hi[:, moved] = lo[:, moved] + rng.integers(0, 4, (lo.shape[0], int(moved.sum())))
+    bits.widen(np.flatnonzero(moved), lo[:, moved], hi[:, moved])
+    bits.check(lo, hi, blocks, "drawn")
+    asked = rng.random((len(qs), blocks)) < data.draw(st.sampled_from([0.2, 0.6, 1.0]))
+    rows, hit_blocks = np.nonzero(asked)
+    tested = rng.permutation(q_lo.shape[0])[: data.draw(st.integers(0, q_lo.shape[0]))]
+    shrunk = {
+        "BIT_DENSE": data.draw(st.sampled_from([1, 4, 1 << 20])),
+        "BIT_SAMPLE": data.draw(st.integers(1, 5)),
+        "BIT_DENSE_SAMPLE": data.draw(st.sampled_from([1, 4, 1 << 20])),
+        "CHUNK": 50,
+    }
+    with patch.multiple(tuning, **shrunk):
+        r, k = bits.meeting(lo, hi, qs, rows, hit_blocks, q_lo, q_hi, tested.tolist())
+    got = list(zip(r.tolist(), k.tolist(), strict=True))
+    meet = (q_lo[tested, :, None] <= hi[tested, None, :]) & (
+        lo[tested, None, :] <= q_hi[tested, :, None]
+    )
     expected = {
         (row, box)
         for row, q in enumerate(qs.tolist())

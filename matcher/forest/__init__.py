@@ -6,6 +6,7 @@
 | `descent` | a batch of query boxes walked down a `Forest`, level by level |
 | `box_kernels` | vector tests of query boxes against lists of boxes (meet, contain) |
 | `wide_list` | `WideList`: a wide child list's bounds, contiguous, and its sorted blocks |
+| `block_bits` | `BlockBits`: bit rows that prune the boxes of a wide list's met blocks |
 | `point_columns` | `PointColumns`: a list of point boxes' columns, each sorted |
 | `list_store` | `ListStore`: every node's children (or entries) in one array, gathered at once |
 | `tuning` | the thresholds that choose between equivalent paths |

@@ -36,7 +36,14 @@ class ColumnPlan(NamedTuple):
 def column_plan(query_lo: Bounds, query_hi: Bounds) -> ColumnPlan:
     """The plan of a batch of filter queries. O(columns × queries log queries)."""
     mask = (query_lo != -np.inf) | (query_hi != np.inf)
-    _, column_set = np.unique(mask.T, axis=0, return_inverse=True)
+    if mask.shape[0] > 64:
+        _, column_set = np.unique(mask.T, axis=0, return_inverse=True)
+        return ColumnPlan(column_set.reshape(-1), mask)
+    # (a query's columns as the bits of one integer: unique on rows sorts a
+    # structured view, several times slower)
+    packed = np.zeros((mask.shape[1], 8), dtype=np.uint8)
+    packed[:, : -(-mask.shape[0] // 8)] = np.packbits(mask.T, axis=1)
+    _, column_set = np.unique(packed.view(np.uint64).reshape(-1), return_inverse=True)
     return ColumnPlan(column_set.reshape(-1), mask)
 
 

@@ -27,7 +27,6 @@ from matcher.forest.arrays import Bounds, Ids, Mask
 from matcher.forest.box_kernels import (
     column_plan,
     constrained_columns,
-    meeting_in_blocks,
     meeting_pairs,
     pairs_meet,
     pairs_nested,
@@ -142,8 +141,8 @@ class Descent:
         matrices: for the root set this is the brute-force scan, column by
         column over contiguous bounds, except that a very long list is kept
         in sorted blocks, and a block whose box a query misses is not
-        scanned for it (the blocks met, each against its own queries, are
-        tested together in a few tensors: `meeting_in_blocks`)."""
+        scanned for it (in the blocks met, each against its own queries, the
+        boxes its blocks' bit rows leave: `BlockBits.meeting`)."""
         forest, plan = self.forest, self.plan
         query_lo, query_hi = self.query_lo, self.query_hi
         children, lo, hi = forest.bounds_of_children(node)
@@ -179,18 +178,16 @@ class Descent:
                 everywhere = np.flatnonzero(accept_children)
                 query_positions.append(np.repeat(everywhere, cut))
                 child_positions.append(np.tile(np.arange(cut), len(everywhere)))
-            order = np.argsort(hit_blocks, kind="stable")
             if plan is None:
                 columns: list[int] = list(range(lo.shape[0]))
             else:
                 columns = constrained_columns(plan.constrains, queries, by_use=True)
-            at_query, at_child = meeting_in_blocks(
+            at_query, at_child = wide.bits.meeting(
                 lo[:, :cut],
                 hi[:, :cut],
-                wide.block_size,
                 queries,
-                block_queries[order],
-                hit_blocks[order],
+                block_queries,
+                hit_blocks,
                 query_lo,
                 query_hi,
                 columns,

@@ -26,6 +26,12 @@ FEW_GATHERED = 256  # ... and from this many when the boxes are gathered by posi
 BLOCKED = 4096  # a child list this long is also indexed by sorted blocks (and a
 # filter batch against this many boxes is chunked by sets of constrained columns)
 BLOCK = 512  # children per block
+BIT_ROWS = 32  # bit rows a column's side in a block's bit index (`block_bits`): more
+# prune more of a met block's boxes before their bounds are read, at ROWS bits a box
+BIT_DENSE = 8  # a (query, block) pair with more than 1/BIT_DENSE of the block's bits
+# left after its rows is tested as a tensor (`meeting_in_blocks`), not bit by bit ...
+BIT_SAMPLE = 256  # ... and all of a list's pairs are, without their rows, where a
+BIT_DENSE_SAMPLE = 16  # sample of this many pairs' rows leave over 1/this of their blocks
 SETTLED = 16384  # a child list this long is kept in blocks by inserts too
 RUN = 8  # an insert sorts the unsorted tail into a run of blocks this long
 RATIO = 4  # a run is merged into the one before it while that is under RATIO times as long

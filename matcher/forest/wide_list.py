@@ -22,7 +22,9 @@ keeps its tail short: every RUN blocks of it are sorted into a run of blocks
 of their own, merged with the runs before while those are not RATIO times
 longer (a log-structured merge: a child is sorted again only a few times).
 For the "inside" test each block also keeps its inner box (the max of its
-lows, the min of its highs).
+lows, the min of its highs). A query's boxes in the blocks it meets are
+found through the blocks' bit rows (`BlockBits`), made with the blocks and
+set for each child a removal moves in, with the block boxes' widening.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ import numpy as np
 
 from matcher.forest import tuning
 from matcher.forest.arrays import Bounds, Ids
+from matcher.forest.block_bits import BlockBits
 from matcher.forest.box_kernels import nested_with
 from matcher.forest.point_columns import PointColumns, is_point, spans
 
@@ -50,9 +53,11 @@ class WideList:
     are indexed, and once the widenings `moved` asks for are applied (before
     any read of them), each block's box holds every child in it and its inner
     box lies inside every child's (both may be looser than exact, never
-    tighter); `runs` are the first blocks of the sorted runs, ascending;
-    `non_points` counts the boxes that are not points; `point_columns` is None
-    since a change, else the list's `PointColumns` or False (not all points).
+    tighter), and so are `bits`, the blocks' bit rows (None until the
+    blocks are next read, if the list has blocks); `runs` are the first
+    blocks of the sorted runs, ascending; `non_points` counts the boxes that
+    are not points; `point_columns` is None since a change, else the list's
+    `PointColumns` or False (not all points).
     """
 
     __slots__ = (
@@ -71,6 +76,7 @@ class WideList:
         "point_columns",
         "non_points",
         "moved",
+        "bits",
     )
 
     def __init__(self, lo: Bounds, hi: Bounds) -> None:
@@ -89,6 +95,7 @@ class WideList:
         self.point_columns: PointColumns | bool | None = None
         self.non_points = int(np.count_nonzero(~is_point(lo, hi)))
         self.moved: list[int] = []  # positions in blocks a removal moved a child into
+        self.bits: BlockBits | None = None
 
     def sorted_points(self) -> PointColumns | None:
         """The list's sorted columns if every box is a point (or lacks the
@@ -145,6 +152,8 @@ class WideList:
         np.maximum.at(self.block_hi, at, hi)
         np.maximum.at(self.inner_lo, at, lo)
         np.minimum.at(self.inner_hi, at, hi)
+        if self.bits is not None:
+            self.bits.widen(positions, lo, hi)
 
     def best_refill(self, index: int) -> int | None:
         """If `index` lies in a block of a list the inserts keep in blocks: the
@@ -207,6 +216,8 @@ class WideList:
             self._sort(reorder)
             self.sort_tried_at = self.count  # (no sortable column: not tried again until it grows)
         self._widen_moved()
+        if self.block_count and self.bits is None:
+            self._make_bits(0)
         return self.block_count
 
     def nested_with(self, box_lo: Bounds, box_hi: Bounds, *, inside: bool) -> Ids:
@@ -268,6 +279,16 @@ class WideList:
         self.block_hi = np.hstack([self.block_hi[:, :first], new_hi.max(axis=2)])
         self.inner_lo = np.hstack([self.inner_lo[:, :first], new_lo.max(axis=2)])
         self.inner_hi = np.hstack([self.inner_hi[:, :first], new_hi.min(axis=2)])
+        self._make_bits(0 if self.bits is None or not first else first)
+
+    def _make_bits(self, first: int) -> None:
+        """The bit rows of the blocks from `first` on made anew (from 0: the
+        edges too, from the whole list). O(columns × ROWS × those children)."""
+        size, cut = self.block_size, self.block_count * self.block_size
+        if not first:
+            self.bits = BlockBits(self.lo[:, : self.count], self.hi[:, : self.count], size)
+        at = first * size
+        self.bits.rebuild_from(first, self.lo[:, at:cut], self.hi[:, at:cut])
 
     def check(self, name: str) -> None:
         """Assert the invariants (the block boxes' once widened), naming the
@@ -282,6 +303,9 @@ class WideList:
         assert (self.block_hi[:, :blocks] >= hi.max(axis=2)).all(), f"{name}: block box"
         assert (self.inner_lo[:, :blocks] >= lo.max(axis=2)).all(), f"{name}: inner box"
         assert (self.inner_hi[:, :blocks] <= hi.min(axis=2)).all(), f"{name}: inner box"
+        if self.bits is not None:
+            cut = blocks * size
+            self.bits.check(self.lo[:, :cut], self.hi[:, :cut], blocks, name)
 
 
 def tiled_order(lo: Bounds, hi: Bounds, size: int) -> Ids | None:

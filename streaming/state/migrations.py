@@ -324,6 +324,18 @@ def _no_waiting_pairs(state: Attributes) -> Attributes:
     return state
 
 
+# -- format 10: the bit rows of a wide list's blocks ------------------------------
+
+
+@upgrade("matcher.forest", "_Mirror", before=10)
+@upgrade("matcher.forest.wide_list", "WideList", before=10)
+def _without_block_bits(state: Attributes) -> Attributes:
+    """A wide list of a snapshot from before its blocks kept bit rows has none:
+    they are made from its blocks when they are next read."""
+    state.setdefault("bits", None)
+    return state
+
+
 # -- every format ----------------------------------------------------------------
 
 # An upgrade registered `before=EVERY_FORMAT` applies to snapshots of the current
