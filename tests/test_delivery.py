@@ -252,13 +252,14 @@ def test_tsm_stats_prints_each_spaces_histograms(tmp_path, capsys):
     assert record["histograms"]["x"] == {"live": 10, "edges": [0.0, 5.0, 10.0]}
 
 
-@pytest.mark.parametrize("version", [5, 7, 8])
+@pytest.mark.parametrize("version", [5, 7, 8, 9])
 def test_an_earlier_format_with_delivery_state_loads_and_goes_on(version):
     """Format 5 kept a timer a pair (`make_delivery_format5.py`), formats 5 to 7 a
-    `Pair` for every pair, settled ones too, format 8 for every pending pair
-    (`make_delivery_snapshot.py`): loaded, the matcher holds what one built afresh
-    from the same records does, timers included, and both make the same records and
-    changes for the rest and for evicting everything."""
+    `Pair` for every pair, settled ones too, format 8 for every pending pair, formats
+    5 to 10 the chosen sets keyed by (group, profile) (`make_delivery_snapshot.py`):
+    loaded, the matcher holds what one built afresh from the same records does, timers
+    included, and both make the same records and changes for the rest and for evicting
+    everything."""
     data = json.loads((FIXTURES / "delivery-format5-records.json").read_text())
     blob = (FIXTURES / f"delivery-format{version}.zst").read_bytes()
     assert snapshot_version(blob) == version
@@ -272,6 +273,11 @@ def test_an_earlier_format_with_delivery_state_loads_and_goes_on(version):
         fresh.apply(record)
     fresh.drain_changes()
     assert loaded.delivery.by_sub == fresh.delivery.by_sub
+    chosen = [
+        {pid: {g: set(members) for g, members in per.items()} for pid, per in m.chosen.items()}
+        for m in (loaded.delivery, fresh.delivery)
+    ]
+    assert chosen[0] == chosen[1] != {}  # (per profile from format 11 on)
     for sid, pids in fresh.delivery.by_sub.items():
         for pid in pids:
             state = [

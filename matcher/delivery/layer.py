@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import heapq
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from operator import itemgetter
 from typing import Any
@@ -46,6 +46,7 @@ Emit = Callable[[list[tuple[str, str, Held, Held]], int], list[Any]]
 _SEP = "\x1f"
 _FIRST = itemgetter(0)
 _TIMED = (PENDING, LEAVING)
+_NONE: dict[str, Any] = {}  # (never changed)
 
 
 @dataclass(slots=True)
@@ -72,7 +73,7 @@ class Changed:
     pairs: set[Key] = field(default_factory=set)
     chosen: set[tuple[str, str]] = field(default_factory=set)
     served: set[tuple[str, str]] = field(default_factory=set)
-    firsts: list[tuple[str, dict[str, set[str]]]] = field(default_factory=list)
+    firsts: list[tuple[str, dict[str, list[str]]]] = field(default_factory=list)
     waited: list[tuple[str, list[str]]] = field(default_factory=list)
 
 
@@ -85,7 +86,9 @@ class Delivery:
         self.pairs: dict[Key, Pair] = {}
         self.by_sub: dict[str, set[str]] = {}
         self.by_prof: dict[str, set[str]] = {}
-        self.chosen: dict[tuple[str, str], set[str]] = {}  # (group, profile) -> members
+        # profile -> group -> its chosen members (none empty; a collection never changed
+        # in place: a new one replaces it)
+        self.chosen: dict[str, dict[str, Collection[str]]] = {}
         self.served: dict[tuple[str, str], int] = {}  # (group, member) -> times chosen
         # Timers: a heap of distinct due times, and the pairs due at each. A pair's
         # timer is live while it is pending or leaving with that `due`; the others
@@ -149,7 +152,7 @@ class Delivery:
                 changed.served.update((group, sid) for sid in members)
         out = []
         for a, b in sorted(changed.chosen):
-            chosen = self.chosen.get((a, b))
+            chosen = self.chosen.get(b, _NONE).get(a)
             out.append((_SEP.join(("c", a, b)), None if not chosen else json.dumps(sorted(chosen))))
         for a, b in sorted(changed.served):
             count = self.served.get((a, b))
@@ -191,10 +194,7 @@ class Delivery:
                 if pair.due is not None:
                     self._set_timer(pair.due, (a, b))
         elif kind == "c":
-            if text is None:
-                self.chosen.pop((a, b), None)
-            else:
-                self.chosen[a, b] = set(json.loads(text))
+            self._set_chosen(a, b, None if text is None else set(json.loads(text)))
         elif text is None:
             self.served.pop((a, b), None)
         else:
@@ -231,6 +231,19 @@ class Delivery:
             self._set_timer(pair.due, key)
         return pair
 
+    def _set_chosen(self, group: str, pid: str, members: set[str] | None) -> None:
+        """Set the chosen members of (group, profile) (None: none). O(1)."""
+        per = self.chosen.get(pid)
+        if members:
+            if per is None:
+                self.chosen[pid] = {group: members}
+            else:
+                per[group] = members
+        elif per is not None:
+            per.pop(group, None)
+            if not per:
+                del self.chosen[pid]
+
     def _add(self, key: Key, pair: Pair) -> None:
         self.pairs[key] = pair
         self.by_sub.setdefault(key[0], set()).add(key[1])
@@ -258,7 +271,7 @@ class Delivery:
         """One step of a record or an expiry: `raw` its pair changes `(event, reason,
         sub, prof)` for subscriptions with delivery fields. Returns the records."""
         if cause.kind == "profile" and cause.old is None and cause.ident not in self.by_prof:
-            return self._first_version(cause, raw, profiles, emit)
+            return self._first_version(cause, raw, subs, profiles, emit)
         raw_now: dict[Key, bool] = {}
         reasons: dict[Key, str] = {}
         for event, reason, sub, prof in raw:
@@ -323,6 +336,7 @@ class Delivery:
         self,
         cause: Cause,
         raw: list[tuple[str, str, Held, Held]],
+        subs: Mapping[str, Held],
         profiles: Mapping[str, Held],
         emit: Emit,
     ) -> list[Any]:
@@ -332,14 +346,15 @@ class Delivery:
         records, in subscription id order. O(pairs) plus O(m log m) for a group of m
         members that are on, beyond its k."""
         pid, ts = cause.ident, cause.ts
-        prof = profiles[pid]
-        pairs, by_sub, served = self.pairs, self.by_sub, self.served
-        told: list[tuple[str, Held, str]] = []  # the pairs delivered now, their reasons
-        groups: dict[str, list[tuple[str, Held, str]]] = {}  # group -> members on, reasons
+        pairs, by_sub = self.pairs, self.by_sub
+        told = 0  # (how many pairs are delivered now)
+        sids: list[str] = []
+        groups: dict[str, list[str]] = {}  # group -> its members on (then: chosen)
         waiting: dict[int, dict[str, str]] = {}  # due -> the waiting pairs' reasons
         for _, reason, sub, _ in raw:
             record = sub.record
             sid, options = record.id, record.options
+            sids.append(sid)
             if options.dwell_ms:
                 due = ts + options.dwell_ms
                 if options.group is None:
@@ -352,13 +367,13 @@ class Delivery:
                     pairs[sid, pid] = Pair(PENDING, due, reason, True, True)
                     self._set_timer(due, (sid, pid))
             elif options.group is None:
-                told.append((sid, sub, reason))  # (settled: no Pair)
+                told += 1  # (settled: no Pair)
             else:  # (a Pair below if its group does not choose it: else settled)
                 members = groups.get(options.group)
                 if members is None:
-                    groups[options.group] = [(sid, sub, reason)]
+                    groups[options.group] = [sid]
                 else:
-                    members.append((sid, sub, reason))
+                    members.append(sid)
             others = by_sub.get(sid)
             if others is None:
                 by_sub[sid] = {pid}
@@ -366,29 +381,68 @@ class Delivery:
                 others.add(pid)
         if waiting:
             self._waiting[pid] = waiting
-        made: dict[str, set[str]] = {}  # group -> the chosen set made
         if raw:
-            self.by_prof[pid] = {sub.record.id for _, _, sub, _ in raw}
-            self._changed.firsts.append((pid, made))  # (all it changes: `drain_changes`)
+            self.by_prof[pid] = set(sids)
+            self._changed.firsts.append((pid, groups))  # (all it changes: `drain_changes`)
+        served = self.served
         for group, members in groups.items():
-            policy = members[0][1].record.options
-            if len(members) > policy.k:
-                by_id = {member[0]: member for member in members}
-                options = {sid: sub.record.options for sid, sub, _ in members}
-                counts = {sid: served.get((group, sid), 0) for sid in by_id}
-                order = ranked(policy, by_id, prof.record.profile, options.__getitem__, counts)
-                taken = {sid: by_id[sid] for sid in order[: policy.k]}
-                for sid, _, reason in members:
-                    if sid not in taken:
-                        pairs[sid, pid] = Pair(ON, None, reason, True, True)
-                members = list(taken.values())
-            self.chosen[group, pid] = made[group] = set(map(_FIRST, members))
-            for member in members:  # (settled: no Pair)
-                sid = member[0]
-                served[group, sid] = served.get((group, sid), 0) + 1
-                told.append(member)
-        told.sort(key=_FIRST)
-        return emit([("match", reason, sub, prof) for _, sub, reason in told], ts)
+            if len(members) > 1 and len(members) > subs[members[0]].record.options.k:
+                members = groups[group] = self._cut(group, pid, members, raw, subs, profiles)
+            told += len(members)  # (settled: no Pair)
+            if len(members) == 1:  # (most: a group's one member that holds)
+                key = group, members[0]
+                served[key] = served.get(key, 0) + 1
+                continue
+            for sid in members:
+                key = group, sid
+                served[key] = served.get(key, 0) + 1
+        if groups:  # (a copy: `firsts` keeps `groups` as it is now)
+            per = self.chosen.get(pid)
+            if per is None:
+                self.chosen[pid] = dict(groups)
+            else:
+                per.update(groups)
+        if told == len(raw):
+            items = raw  # (their `match`es as they came)
+        elif not told:
+            items = []
+        else:  # (not those pending, nor those their group did not choose)
+            items = [
+                item
+                for item in raw
+                if not item[2].record.options.dwell_ms and (item[2].record.id, pid) not in pairs
+            ]
+        if sids != sorted(sids):
+            items = sorted(items, key=lambda item: item[2].record.id)
+        return emit(items, ts)
+
+    def _cut(
+        self,
+        group: str,
+        pid: str,
+        members: list[str],
+        raw: list[tuple[str, str, Held, Held]],
+        subs: Mapping[str, Held],
+        profiles: Mapping[str, Held],
+    ) -> list[str]:
+        """The k of a group's `members` on with a profile's first version that its
+        policy chooses (§5); the others keep a `Pair`, on and not told. O(m log m)."""
+        policy = subs[members[0]].record.options
+        served = self.served
+        counts = {sid: served.get((group, sid), 0) for sid in members}
+        order = ranked(
+            policy,
+            members,
+            profiles[pid].record.profile,
+            lambda sid: subs[sid].record.options,
+            counts,
+        )
+        taken = order[: policy.k]
+        left = set(members).difference(taken)
+        for _, reason, sub, _ in raw:
+            if sub.record.id in left:
+                self.pairs[sub.record.id, pid] = Pair(ON, None, reason, True, True)
+        return sorted(taken)
 
     def fire(
         self, until: int, subs: Mapping[str, Held], profiles: Mapping[str, Held], emit: Emit
@@ -576,7 +630,7 @@ class Delivery:
         """§5 for one (profile, group) and its `eligible` members: drop the chosen
         that are no longer eligible, fill up to k by the policy; `target` gets each
         member's delivered state."""
-        chosen = self.chosen.get((group, pid), set())
+        chosen = set(self.chosen.get(pid, _NONE).get(group, ()))
         left = chosen - eligible
         kept = chosen & eligible
         taken: list[str] = []
@@ -607,10 +661,7 @@ class Delivery:
         replaced.update((sid, pid) for sid in taken[: len(left)])
         now = kept | set(taken)
         if now != chosen:
-            if now:
-                self.chosen[group, pid] = now
-            else:
-                self.chosen.pop((group, pid), None)
+            self._set_chosen(group, pid, now)
             self._changed.chosen.add((group, pid))
 
     def _count(self, group: str, sid: str, count: int | None) -> None:

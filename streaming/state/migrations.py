@@ -336,6 +336,20 @@ def _without_block_bits(state: Attributes) -> Attributes:
     return state
 
 
+# -- format 11: a delivery state's chosen sets per profile -------------------------
+
+
+@upgrade("matcher.delivery.layer", "Delivery", before=11)
+def _chosen_per_profile(state: Attributes) -> Attributes:
+    """A delivery state of a snapshot from before it kept the chosen sets per profile
+    holds them keyed by `(group, profile)`: now profile -> group -> members."""
+    chosen: dict[str, dict[str, set[str]]] = {}
+    for (group, pid), members in state["chosen"].items():
+        chosen.setdefault(pid, {})[group] = members
+    state["chosen"] = chosen
+    return state
+
+
 # -- every format ----------------------------------------------------------------
 
 # An upgrade registered `before=EVERY_FORMAT` applies to snapshots of the current
