@@ -36,6 +36,7 @@ from typing import Any
 from matcher.delivery import sustain
 from matcher.delivery.choice import ranked
 from matcher.delivery.margin import holds_within_margin
+from matcher.delivery.options import Options
 from matcher.delivery.sustain import DELIVERED, LEAVING, OFF, ON, PENDING, Pair
 from matcher.held import Held
 
@@ -428,21 +429,32 @@ class Delivery:
         """The k of a group's `members` on with a profile's first version that its
         policy chooses (§5); the others keep a `Pair`, on and not told. O(m log m)."""
         policy = subs[members[0]].record.options
-        served = self.served
-        counts = {sid: served.get((group, sid), 0) for sid in members}
-        order = ranked(
-            policy,
-            members,
-            profiles[pid].record.profile,
-            lambda sid: subs[sid].record.options,
-            counts,
-        )
-        taken = order[: policy.k]
+        taken = self._ranked(policy, group, pid, members, subs, profiles)[: policy.k]
         left = set(members).difference(taken)
         for _, reason, sub, _ in raw:
             if sub.record.id in left:
                 self.pairs[sub.record.id, pid] = Pair(ON, None, reason, True, True)
         return sorted(taken)
+
+    def _ranked(
+        self,
+        policy: Options,
+        group: str,
+        pid: str,
+        candidates: Collection[str],
+        subs: Mapping[str, Held],
+        profiles: Mapping[str, Held],
+    ) -> list[str]:
+        """The group's `candidates` for the profile, best first by its `policy` (§5).
+        O(m log m)."""
+        served = self.served
+        return ranked(
+            policy,
+            candidates,
+            profiles[pid].record.profile,
+            lambda sid: subs[sid].record.options,
+            {sid: served.get((group, sid), 0) for sid in candidates},
+        )
 
     def fire(
         self, until: int, subs: Mapping[str, Held], profiles: Mapping[str, Held], emit: Emit
@@ -640,14 +652,7 @@ class Delivery:
             if not left and len(waiting) <= policy.k - len(kept):
                 taken = sorted(waiting)  # (all of them: no order to find, no one replaced)
             elif len(kept) < policy.k:
-                served = {sid: self.served.get((group, sid), 0) for sid in waiting}
-                order = ranked(
-                    policy,
-                    waiting,
-                    profiles[pid].record.profile,
-                    lambda sid: subs[sid].record.options,
-                    served,
-                )
+                order = self._ranked(policy, group, pid, waiting, subs, profiles)
                 taken = order[: policy.k - len(kept)]
         for sid in left:
             sub = subs.get(sid)
