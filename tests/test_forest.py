@@ -463,6 +463,18 @@ def test_filter_queries_meet_every_box_they_meet_whatever_the_chunks(data):
     assert len(got) == len(set(got)) and set(got) == expected
 
 
+def _met_in_asked_blocks(qs, asked, meet, size: int) -> set[tuple[int, int]]:
+    """Brute force: each (row, box) whose query `qs[row]` meets the box on every
+    column of `meet` (column x query x box), within the blocks of `size` boxes
+    its row asks (`asked`: row x block)."""
+    return {
+        (row, box)
+        for row, q in enumerate(qs.tolist())
+        for box in range(meet.shape[2])
+        if asked[row, box // size] and meet[:, q, box].all()
+    }
+
+
 @settings(max_examples=200, deadline=None, print_blob=True)
 @given(st.data())
 def test_blocks_tested_together_meet_like_brute_force(data):
@@ -485,12 +497,7 @@ def test_blocks_tested_together_meet_like_brute_force(data):
         )
     got = list(zip(r.tolist(), k.tolist(), strict=True))
     meet = (q_lo[:, :, None] <= hi[:, None, :]) & (lo[:, None, :] <= q_hi[:, :, None])
-    expected = {
-        (row, box)
-        for row, q in enumerate(qs.tolist())
-        for box in range(size * blocks)
-        if asked[row, box // size] and meet[:, q, box].all()
-    }
+    expected = _met_in_asked_blocks(qs, asked, meet, size)
     assert len(got) == len(set(got)) and set(got) == expected
 
 
@@ -537,12 +544,7 @@ def test_boxes_of_met_blocks_found_through_their_bits_meet_like_brute_force(data
     meet = (q_lo[tested, :, None] <= hi[tested, None, :]) & (
         lo[tested, None, :] <= q_hi[tested, :, None]
     )
-    expected = {
-        (row, box)
-        for row, q in enumerate(qs.tolist())
-        for box in range(size * blocks)
-        if asked[row, box // size] and meet[:, q, box].all()
-    }
+    expected = _met_in_asked_blocks(qs, asked, meet, size)
     assert len(got) == len(set(got)) and set(got) == expected
 
 

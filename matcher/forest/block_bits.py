@@ -25,7 +25,7 @@ import numpy as np
 
 from matcher.forest import tuning
 from matcher.forest.arrays import Bounds, Ids
-from matcher.forest.box_kernels import meeting_in_blocks
+from matcher.forest.box_kernels import meet_on, meeting_in_blocks
 
 LOW, HIGH = 0, 1  # the two sides of a column's rows
 
@@ -198,11 +198,7 @@ class BlockBits:
         pair, within = byte // (8 * words), (byte % (8 * words)) * 8 + bit
         box = pair_blocks[pair] * self.size + within
         row = pair_rows[pair]
-        ok = np.ones(len(row), dtype=bool)
-        row_queries = queries[row]
-        for col in tested:
-            ok &= np.take(query_lo[col], row_queries) <= np.take(hi[col], box)
-            ok &= np.take(lo[col], box) <= np.take(query_hi[col], row_queries)
+        ok = meet_on(tested, query_lo, query_hi, queries[row], lo, hi, box)
         if not parts:
             return row[ok], box[ok]
         return np.concatenate([parts[0][0], row[ok]]), np.concatenate([parts[0][1], box[ok]])
