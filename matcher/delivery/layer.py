@@ -390,10 +390,6 @@ class Delivery:
             if len(members) > 1 and len(members) > subs[members[0]].record.options.k:
                 members = groups[group] = self._cut(group, pid, members, raw, subs, profiles)
             told += len(members)  # (settled: no Pair)
-            if len(members) == 1:  # (most: a group's one member that holds)
-                key = group, members[0]
-                served[key] = served.get(key, 0) + 1
-                continue
             for sid in members:
                 key = group, sid
                 served[key] = served.get(key, 0) + 1
