@@ -27,7 +27,7 @@ BLOCKED = 4096  # a child list this long is also indexed by sorted blocks (and a
 # filter batch against this many boxes is chunked by sets of constrained columns)
 BLOCK = 512  # children per block
 BIT_ROWS = 32  # bit rows a column's side in a block's bit index (`block_bits`): more
-# prune more of a met block's boxes before their bounds are read, at ROWS bits a box
+# prune more of a met block's boxes before their bounds are read, at BIT_ROWS bits a box
 BIT_DENSE = 8  # a (query, block) pair with more than 1/BIT_DENSE of the block's bits
 # left after its rows is tested as a tensor (`meeting_in_blocks`), not bit by bit ...
 BIT_SAMPLE = 256  # ... and all of a list's pairs are, without their rows, where a
