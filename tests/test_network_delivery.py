@@ -405,6 +405,40 @@ def test_a_subscription_that_joins_a_group_and_leaves_it_again():
     assert {m["site"] for m in out.matches if m["subscription_id"] == "s1"} == {home}
 
 
+def test_a_member_that_ended_comes_back_plain_at_the_selecting_site():
+    """u's s1 a member at her home, expired there; she moves to the space's selecting
+    site and subscribes s1 again, plain: that site is her home now, and the
+    record's own `match` is written there, not sent to the member's old home (s0
+    plain: what she moves with)."""
+    net = two_sites("covering")
+    selecting = net.selecting_site("A")
+    home = "a" if selecting == "b" else "b"
+    subs = [
+        member("s0", home) | {"subscriber": "u"},
+        member("s1", home, group="g", mode="anycast") | {"subscriber": "u", "valid_to": 2},
+        {"op": "move", "subscriber": "u", "from": home, "ts": 5, "site": selecting},
+        member("s1", selecting, ts=6) | {"subscriber": "u"},
+    ]
+    profiles = [publish("p", 1, 1, valid_to=99)]
+    out = replay_network(net, items_of(subs, profiles))
+    assert not out.dead_letters, out.dead_letters
+    expected = one_matcher_without_moves(subs, profiles)
+    assert [(m["subscription_id"], m["event"], m["ts"]) for m in expected] == [
+        ("s0", "match", 1),
+        ("s1", "match", 1),
+        ("s1", "unmatch", 2),
+        ("s1", "match", 6),
+    ]
+    got = [(m["event"], m["ts"], m["site"]) for m in out.matches if m["event"] != "moved"]
+    assert got == [
+        ("match", 1, home),
+        ("match", 1, home),
+        ("unmatch", 2, home),
+        ("match", 6, selecting),
+    ]
+    assert_each_follows(site_streams(out.result), expected, {"u": home})
+
+
 def test_a_plain_subscription_refused_as_a_member_is_the_case_left_open():
     """s1 plain, then a member of g, whose member s0 has another policy: one matcher
     refuses the record and keeps s1 plain, so s1 holds with p. The network refuses

@@ -188,12 +188,15 @@ class Hosted:
                 if m.op == "unsubscribe":
                     item: Any = Unsubscribe(m.space, m.ids[0], key.ts)
                     source.unsubscribe(key, m.space, m.ids[0], item)
-                else:
+                    after = key.next(key.seq + 1)
+                else:  # (the hosted version ends before the record; its plain one is held
+                    # from the record on, here too where this site is its home)
                     item = Leave(m.space, m.ids[0], key.ts)
                     source.unsubscribe(key.next(LEAVE), m.space, m.ids[0], item)
+                    after = key
                 homes = self.homes.get((m.space, m.ids[0]))
                 if homes:  # (hosted no more: a version of the id held here later is not)
-                    homes.append((key.next(key.seq + 1), None))
+                    homes.append((after, None))
             else:
                 live = tuple(i for i in m.ids if source.held_sub(m.space, i) is not None)
                 after = key.next(key.seq + 1)  # (what the move evicts stays the old home's)
