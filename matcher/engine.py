@@ -18,6 +18,7 @@ import math
 import pickle
 from collections.abc import Callable, Collection, Hashable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import Any
 
 import numpy as np
@@ -704,11 +705,10 @@ class SpaceMatcher:
         (the pair changes of subscriptions with delivery fields held back)."""
         if self.delivery is None:
             return self._made(event, reason, subs, prof, ts)
-        held_back = [sub for sub in subs if sub.record.options is not None]
+        held_back = [(event, reason, sub, prof) for sub in subs if sub.record.options is not None]
         if held_back:
             if len(held_back) == len(subs):
-                raw = self.__dict__.setdefault("_raw", [])
-                raw += [(event, reason, sub, prof) for sub in subs]
+                self.__dict__.setdefault("_raw", []).extend(held_back)
                 return [_HELD_BACK] * len(subs)
             return [self._event(event, reason, sub, prof, ts) for sub in subs]
         return self._made(event, reason, subs, prof, ts)
@@ -734,6 +734,7 @@ def _ranks(mark: str, n: int) -> list[str]:
 
 
 _RANKS: dict[str, list[str]] = {}
+_RANK = itemgetter(0)  # (a ranked event's rank)
 _RANKS_KEPT = 4096
 
 
@@ -878,5 +879,5 @@ def _by_space(spaces: dict[str, str]) -> list[tuple[str, list[str]]]:
 
 def _merged(ranked: list[tuple[tuple, dict[str, Any]]]) -> list[Output]:
     """The events of a space's cells in the order an unsharded run emits them."""
-    ranked.sort(key=lambda pair: pair[0])
+    ranked.sort(key=_RANK)
     return [Output("matches", e["subscriber"], e) for _, e in ranked]

@@ -356,23 +356,24 @@ class Delivery:
             record = sub.record
             sid, options = record.id, record.options
             sids.append(sid)
-            if options.dwell_ms:
-                due = ts + options.dwell_ms
-                if options.group is None:
-                    members = waiting.get(due)
-                    if members is None:
-                        members = waiting[due] = {}
+            dwell, group = options.dwell_ms, options.group
+            if dwell:
+                due = ts + dwell
+                if group is None:
+                    reasons = waiting.get(due)
+                    if reasons is None:
+                        reasons = waiting[due] = {}
                         self._set_timer(due, (None, pid))
-                    members[sid] = reason
+                    reasons[sid] = reason
                 else:
                     pairs[sid, pid] = Pair(PENDING, due, reason, True, True)
                     self._set_timer(due, (sid, pid))
-            elif options.group is None:
+            elif group is None:
                 told += 1  # (settled: no Pair)
             else:  # (a Pair below if its group does not choose it: else settled)
-                members = groups.get(options.group)
+                members = groups.get(group)
                 if members is None:
-                    groups[options.group] = [sid]
+                    groups[group] = [sid]
                 else:
                     members.append(sid)
             others = by_sub.get(sid)
