@@ -269,7 +269,10 @@ class Space:
                 self.out.append(oracle.event("unmatch", why, before_sub, before_prof, ts))
                 pair.told, pair.group, pair.sent, retold = False, None, None, now
             if now and not pair.told:
-                why = "replaced" if key in replaced else "changed" if retold else pair.reason
+                if key in replaced or retold:
+                    why = "replaced" if key in replaced else "changed"
+                else:  # (§6: the step's reason; at a timer, the one §4 remembered)
+                    why = pair.reason if kind == "timer" else reason
                 self.out.append(oracle.event("match", why, sub, prof, ts))
                 pair.told, pair.group, pair.sent = True, group, self._sent(sub, prof)
             elif now and pair.holds:

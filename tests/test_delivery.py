@@ -163,6 +163,28 @@ def test_a_faircast_member_that_leaves_without_pairs_counts_afresh_when_back():
         assert (matches[-1]["event"], matches[-1]["subscription_id"]) == ("match", "a")
 
 
+def test_a_pair_delivered_again_after_its_group_passed_it_over_says_the_steps_reason():
+    """§6: a `match` at a record's step has that step's reason. b's pair is on from
+    p's first version and chosen in g1 (settled: no state of its own); b moves to
+    g2, which has chosen a, so its pair is withdrawn though still on; b leaves the
+    groups keeping an exit dwell, and its pair is delivered again: `changed`."""
+    matches, _ = run(
+        [
+            sub("a", 0, 10, delivery={"group": "g2", "mode": "anycast"}),
+            sub("b", 0, 10, delivery={"group": "g1", "mode": "anycast"}),
+            pub("p", 5, ts=1),
+            sub("b", 0, 10, ts=2, delivery={"group": "g2", "mode": "anycast"}),
+            sub("b", 0, 10, ts=3, exit_dwell_ms=1),
+        ]
+    )
+    assert brief(matches) == [
+        ("match", "new-profile", "a", "p", 1),
+        ("match", "new-profile", "b", "p", 1),
+        ("unmatch", "changed", "b", "p", 2),
+        ("match", "changed", "b", "p", 3),
+    ]
+
+
 def test_dwell_waits_exit_dwell_holds_on_and_margin_keeps_a_wobbling_pair():
     records = [
         sub("s", 0, 10, dwell_ms=5, exit_dwell_ms=4),

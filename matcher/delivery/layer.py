@@ -331,7 +331,7 @@ class Delivery:
             for g in (group, pair.group, old_group if sid == cid else None):
                 if g is not None:
                     groups.add((pid, g))
-        return self._settle(cause, touched, groups, subs, profiles, emit)
+        return self._settle(cause, touched, groups, subs, profiles, emit, reasons)
 
     def _first_version(
         self,
@@ -554,8 +554,11 @@ class Delivery:
         subs: Mapping[str, Held],
         profiles: Mapping[str, Held],
         emit: Emit,
+        reasons: Mapping[Key, str] = _NONE,
     ) -> list[Any]:
-        """Choose (§5), then send the change of the delivered pairs (§6)."""
+        """Choose (§5), then send the change of the delivered pairs (§6): a pair
+        delivered now and not before gets the step's reason (`reasons`, the raw
+        changes' own; else the cause's), or at a timer the reason its pair kept."""
         target: dict[Key, bool] = {}
         for key in touched:  # (a grouped member's: as its group chooses, below)
             sub = subs.get(key[0])
@@ -584,7 +587,12 @@ class Delivery:
                 out.append(("unmatch", reason, before_sub, before_prof))
                 pair.told, pair.group, pair.sent, retold = False, None, None, now
             if now and not pair.told:
-                reason = "replaced" if key in replaced else "changed" if retold else pair.reason
+                if key in replaced or retold:
+                    reason = "replaced" if key in replaced else "changed"
+                elif cause.kind == "timer":
+                    reason = pair.reason
+                else:
+                    reason = reasons.get(key, cause.reason)
                 out.append(("match", reason, sub, prof))
                 pair.told, pair.group, pair.sent = True, group, _sent(sub, prof)
             elif now and pair.holds and self._updates(cause, pair, sub, prof):
