@@ -294,20 +294,20 @@ def test_an_earlier_format_with_delivery_state_loads_and_goes_on(version):
     for record in records[:cut]:
         fresh.apply(record)
     fresh.drain_changes()
-    assert loaded.delivery.by_sub == fresh.delivery.by_sub
+    assert loaded.delivery.by_prof == fresh.delivery.by_prof
     chosen = [
         {pid: {g: set(members) for g, members in per.items()} for pid, per in m.chosen.items()}
         for m in (loaded.delivery, fresh.delivery)
     ]
     assert chosen[0] == chosen[1] != {}  # (per profile from format 11 on)
-    for sid, pids in fresh.delivery.by_sub.items():
-        for pid in pids:
+    for pid, sids in fresh.delivery.by_prof.items():
+        for sid in sids:
             state = [
                 matcher.delivery.pair_state((sid, pid), matcher.subs, matcher.profiles)
                 for matcher in (loaded, fresh)
             ]
             assert state[0] == state[1]
-    held = sum(map(len, loaded.delivery.by_sub.values()))
+    held = sum(map(len, loaded.delivery.by_prof.values()))
     assert 0 < len(loaded.delivery.pairs) < held  # (settled pairs keep no `Pair`)
     assert loaded.next_expiry() == fresh.next_expiry() == loaded.delivery.next_due()
     for matcher in (loaded, load_snapshot(dump_snapshot(loaded))):

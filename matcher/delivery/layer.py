@@ -10,7 +10,9 @@ each subscriber holds (§6). `fire` runs the timers due at one time.
 
 State: the pairs (`sustain.Pair`) that hold or are delivered, the chosen
 members per (group, profile), how often each member was served; indexed by
-subscription and by profile; the timers, as a heap of due times and the pairs
+profile, and by subscription lazily (a first version's pairs join that index
+when a subscription's step next needs it: most profiles end before one does);
+the timers, as a heap of due times and the pairs
 due at each (a profile's pairs share one due time: one heap entry for them
 all). Two kinds of pairs in the index keep no `Pair` of their own:
 - *settled*: on and told, holding by the relation, told in its subscription's
@@ -81,12 +83,16 @@ class Changed:
 class Delivery:
     """The delivery state of one state key. Costs per step: O(pairs of the changed
     record + the raw changes) plus, per touched (profile, group), O(m log m) for
-    its m eligible members."""
+    its m eligible members; a subscription's step first O(pairs) of the first
+    versions since the last one (`_index_by_sub`)."""
 
     def __init__(self) -> None:
         self.pairs: dict[Key, Pair] = {}
-        self.by_sub: dict[str, set[str]] = {}
+        # Every pair in the index, by profile; by subscription, all but those of the
+        # first versions in `_unindexed` (profile ids, in order; `_index_by_sub`).
         self.by_prof: dict[str, set[str]] = {}
+        self.by_sub: dict[str, set[str]] = {}
+        self._unindexed: list[str] = []
         # profile -> group -> its chosen members (none empty; a collection never changed
         # in place: a new one replaces it)
         self.chosen: dict[str, dict[str, Collection[str]]] = {}
@@ -172,7 +178,7 @@ class Delivery:
         for d due times of the profile's waiting pairs."""
         pair = self.pairs.get(key)
         sid, pid = key
-        if pair is not None or pid not in self.by_sub.get(sid, ()):
+        if pair is not None or sid not in self.by_prof.get(pid, ()):
             return pair
         for due, members in self._waiting.get(pid, {}).items():
             if sid in members:
@@ -187,7 +193,7 @@ class Delivery:
         """Set one item as a logged change says (a state store rebuilding). O(log n)."""
         kind, a, b = key.split(_SEP)
         if kind == "p":
-            if b in self.by_sub.get(a, ()):
+            if a in self.by_prof.get(b, ()):
                 self._remove((a, b))
             if text is not None:
                 pair = Pair.from_json(json.loads(text))
@@ -254,10 +260,24 @@ class Delivery:
         if self.pairs.pop(key, None) is None:  # (a settled or waiting pair has none)
             self._unwait(key)
         for index, a, b in ((self.by_sub, *key), (self.by_prof, key[1], key[0])):
-            others = index[a]
-            others.discard(b)
-            if not others:
-                del index[a]
+            others = index.get(a)  # (None: a first version's pair not indexed by sub)
+            if others is not None:
+                others.discard(b)
+                if not others:
+                    del index[a]
+
+    def _index_by_sub(self) -> None:
+        """Index by subscription the pairs of the first versions not indexed so far
+        (those still held: `by_prof` has them). O(their pairs)."""
+        by_sub, by_prof = self.by_sub, self.by_prof
+        for pid in self._unindexed:
+            for sid in by_prof.get(pid, ()):
+                others = by_sub.get(sid)
+                if others is None:
+                    by_sub[sid] = {pid}
+                else:
+                    others.add(pid)
+        self._unindexed = []
 
     # -- steps -------------------------------------------------------------------
 
@@ -283,6 +303,8 @@ class Delivery:
         touched = set(raw_now)
         cid = cause.ident
         if cause.kind == "subscription":
+            if self._unindexed:
+                self._index_by_sub()
             touched.update((cid, pid) for pid in self.by_sub.get(cid, ()))
         elif cause.kind == "profile":
             touched.update((sid, cid) for sid in self.by_prof.get(cid, ()))
@@ -304,7 +326,7 @@ class Delivery:
             sub, prof = subs.get(sid), profiles.get(pid)
             pair = self.pairs.get(key)
             if pair is None:
-                if pid in self.by_sub.get(sid, ()):
+                if sid in self.by_prof.get(pid, ()):
                     pair = self._held_pair(cause, key, sub, prof)
                 else:
                     pair = Pair()
@@ -347,7 +369,7 @@ class Delivery:
         records, in subscription id order. O(pairs) plus O(m log m) for a group of m
         members that are on, beyond its k."""
         pid, ts = cause.ident, cause.ts
-        pairs, by_sub = self.pairs, self.by_sub
+        pairs = self.pairs
         told = 0  # (how many pairs are delivered now)
         sids: list[str] = []
         groups: dict[str, list[str]] = {}  # group -> its members on (then: chosen)
@@ -376,15 +398,11 @@ class Delivery:
                     groups[group] = [sid]
                 else:
                     members.append(sid)
-            others = by_sub.get(sid)
-            if others is None:
-                by_sub[sid] = {pid}
-            else:
-                others.add(pid)
         if waiting:
             self._waiting[pid] = waiting
         if raw:
             self.by_prof[pid] = set(sids)
+            self._unindexed.append(pid)  # (by subscription when a step needs it)
             self._changed.firsts.append((pid, groups))  # (all it changes: `drain_changes`)
         served = self.served
         for group, members in groups.items():

@@ -41,7 +41,7 @@ from matcher.records import Publish, Retract, Source, Subscribe, Unsubscribe
 from streaming.state import migrations
 
 # The format this version writes; `migrations` upgrades every earlier one.
-FORMAT_VERSION = 11
+FORMAT_VERSION = 12
 MAGIC = b"tsm-snapshot\x00"
 ZSTD_LEVEL = 1  # level 3 saves 2% more at 1.7x the time
 _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"  # format 1: a zstd frame

@@ -350,6 +350,17 @@ def _chosen_per_profile(state: Attributes) -> Attributes:
     return state
 
 
+# -- format 12: a delivery state's pairs indexed by subscription lazily -------------
+
+
+@upgrade("matcher.delivery.layer", "Delivery", before=12)
+def _every_pair_indexed_by_sub(state: Attributes) -> Attributes:
+    """A delivery state of a snapshot from before it indexed first versions' pairs by
+    subscription lazily has every pair indexed: none left to do."""
+    state["_unindexed"] = []
+    return state
+
+
 # -- every format ----------------------------------------------------------------
 
 # An upgrade registered `before=EVERY_FORMAT` applies to snapshots of the current
