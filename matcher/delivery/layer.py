@@ -374,6 +374,7 @@ class Delivery:
         sids: list[str] = []
         groups: dict[str, list[str]] = {}  # group -> its members on (then: chosen)
         waiting: dict[int, dict[str, str]] = {}  # due -> the waiting pairs' reasons
+        untold: list[str] = []  # (members pending, or on and not chosen: with a Pair)
         for _, reason, sub, _ in raw:
             record = sub.record
             sid, options = record.id, record.options
@@ -390,6 +391,7 @@ class Delivery:
                 else:
                     pairs[sid, pid] = Pair(PENDING, due, reason, True, True)
                     self._set_timer(due, (sid, pid))
+                    untold.append(sid)
             elif group is None:
                 told += 1  # (settled: no Pair)
             else:  # (a Pair below if its group does not choose it: else settled)
@@ -407,7 +409,13 @@ class Delivery:
         served = self.served
         for group, members in groups.items():
             if len(members) > 1 and len(members) > subs[members[0]].record.options.k:
-                members = groups[group] = self._cut(group, pid, members, raw, subs, profiles)
+                chosen = self._cut(group, pid, members, subs, profiles)
+                left = set(members).difference(chosen)
+                for sid in left:  # (on, not told: each keeps a `Pair`)
+                    reason = raw[sids.index(sid)][1]
+                    pairs[sid, pid] = Pair(ON, None, reason, True, True)
+                untold += left
+                members = groups[group] = chosen
             told += len(members)  # (settled: no Pair)
             for sid in members:
                 key = group, sid
@@ -423,11 +431,8 @@ class Delivery:
         elif not told:
             items = []
         else:  # (not those pending, nor those their group did not choose)
-            items = [
-                item
-                for item in raw
-                if not item[2].record.options.dwell_ms and (item[2].record.id, pid) not in pairs
-            ]
+            skip = set(untold).union(*waiting.values())
+            items = [item for item, sid in zip(raw, sids, strict=True) if sid not in skip]
         if sids != sorted(sids):
             items = sorted(items, key=lambda item: item[2].record.id)
         return emit(items, ts)
@@ -437,19 +442,13 @@ class Delivery:
         group: str,
         pid: str,
         members: list[str],
-        raw: list[tuple[str, str, Held, Held]],
         subs: Mapping[str, Held],
         profiles: Mapping[str, Held],
     ) -> list[str]:
         """The k of a group's `members` on with a profile's first version that its
-        policy chooses (§5); the others keep a `Pair`, on and not told. O(m log m)."""
+        policy chooses (§5), by id. O(m log m)."""
         policy = subs[members[0]].record.options
-        taken = self._ranked(policy, group, pid, members, subs, profiles)[: policy.k]
-        left = set(members).difference(taken)
-        for _, reason, sub, _ in raw:
-            if sub.record.id in left:
-                self.pairs[sub.record.id, pid] = Pair(ON, None, reason, True, True)
-        return sorted(taken)
+        return sorted(self._ranked(policy, group, pid, members, subs, profiles)[: policy.k])
 
     def _ranked(
         self,
