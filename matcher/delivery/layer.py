@@ -9,12 +9,12 @@ the records the subscribers get: the margin (§3), each pair's sustained state
 each subscriber holds (§6). `fire` runs the timers due at one time.
 
 State: the pairs (`sustain.Pair`) that hold or are delivered, the chosen
-members per (group, profile), how often each member was served; indexed by
+members per profile and group, how often each member was served; indexed by
 profile, and by subscription lazily (a first version's pairs join that index
 when a subscription's step next needs it: most profiles end before one does);
-the timers, as a heap of due times and the pairs
-due at each (a profile's pairs share one due time: one heap entry for them
-all). Two kinds of pairs in the index keep no `Pair` of their own:
+the timers, as a heap of due times and the pairs due at each (a profile's
+pairs share one due time: one heap entry for them all). Two kinds of pairs in
+the index keep no `Pair` of their own:
 - *settled*: on and told, holding by the relation, told in its subscription's
   group (if any), its last record telling the versions held (`_settled`); most
   pairs of a group's chosen members and of sustained matches past their dwell;
@@ -408,8 +408,10 @@ class Delivery:
             self._changed.firsts.append((pid, groups))  # (all it changes: `drain_changes`)
         served = self.served
         for group, members in groups.items():
-            if len(members) > 1 and len(members) > subs[members[0]].record.options.k:
-                chosen = self._cut(group, pid, members, subs, profiles)
+            policy = subs[members[0]].record.options
+            if len(members) > 1 and len(members) > policy.k:
+                order = self._ranked(policy, group, pid, members, subs, profiles)
+                chosen = sorted(order[: policy.k])
                 left = set(members).difference(chosen)
                 for sid in left:  # (on, not told: each keeps a `Pair`)
                     reason = raw[sids.index(sid)][1]
@@ -436,19 +438,6 @@ class Delivery:
         if sids != sorted(sids):
             items = sorted(items, key=lambda item: item[2].record.id)
         return emit(items, ts)
-
-    def _cut(
-        self,
-        group: str,
-        pid: str,
-        members: list[str],
-        subs: Mapping[str, Held],
-        profiles: Mapping[str, Held],
-    ) -> list[str]:
-        """The k of a group's `members` on with a profile's first version that its
-        policy chooses (§5), by id. O(m log m)."""
-        policy = subs[members[0]].record.options
-        return sorted(self._ranked(policy, group, pid, members, subs, profiles)[: policy.k])
 
     def _ranked(
         self,
