@@ -19,6 +19,7 @@ $(STAMP): requirements.lock pyproject.toml
 	$(BIN)/pip install --quiet -r requirements.lock
 	$(BIN)/pip install --quiet --no-deps -e .
 	$(BIN)/python -m streaming.class_archive
+	$(BIN)/python -c "from matcher.preload.cell_answers import warm; warm()"
 	touch $(STAMP)
 
 demo: install

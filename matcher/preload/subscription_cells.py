@@ -44,8 +44,8 @@ import numpy as np
 
 from matcher.forest import Forest
 from matcher.forest.arrays import Bounds, Ids, Mask
-from matcher.forest.list_store import ELEMENT, grown, run_positions
-from matcher.preload import segments
+from matcher.forest.list_store import ELEMENT, grown
+from matcher.preload import cell_answers
 from matcher.preload.cell_pool import CellPool
 from matcher.preload.grid import Grid
 
@@ -482,165 +482,45 @@ class SubscriptionCells:
         (`inside`; `queries` index the columns of `query_lo/hi`, `slots` are
         their cells, caught up): how many each query has, and all of them in
         query order. O(groups × queries × log(cell) + answers + corner members
-        + mixed members × columns), in a few dozen numpy calls whatever the
-        batch."""
-        groups = self.mixed + 1
-        base = self.pool.start[slots]
-        ends = self.pool.ends[slots]
-        begin = np.concatenate([np.zeros((len(slots), 1), dtype=np.int64), ends[:, :-1]], axis=1)
-        start = (base[:, None] + begin).ravel()
-        stop = (base[:, None] + ends).ravel()
-        run = np.flatnonzero(stop > start)  # (query, group) runs, query-major
-        start, stop = start[run], stop[run]
-        which, group = run // groups, run % groups
-        query = np.take(queries, which)
-        tested = self.group_tested[group]
-        if tested.any():  # narrowed to the members allowing the query's residual value
-            at = np.flatnonzero(tested)
-            column = self.res_column[slots[which[at]]]
-            value = query_lo[column, query[at]]
-            res = self.pool["res"]
-            start[at] = segments.search(res, start[at], stop[at], value, right=False)
-            stop[at] = segments.search(res, start[at], stop[at], value, right=True)
-        column, covering = self.group_column[group], self.group_covers[group]
-        keyed = np.flatnonzero(column >= 0)
-        if len(keyed):
-            high = self.group_high[group[keyed]]
-            value = self._bound(
-                query_lo, query_hi, column[keyed], query[keyed], high, covering[keyed]
-            )
-            low_at, high_at = keyed[~high], keyed[high]
-            keys = self.pool["key"]
-            # a low bound holds up to the profile's bound: a prefix; a high one, a suffix
-            stop[low_at] = segments.search(
-                keys, start[low_at], stop[low_at], value[~high], right=True
-            )
-            start[high_at] = segments.search(
-                keys, start[high_at], stop[high_at], value[high], right=False
-            )
-        length = np.maximum(stop - start, 0)
-        positions = run_positions(start, length)
-        entries = np.take(self.pool["entry"], positions)
-        offset = np.cumsum(length) - length
-        # The corner runs (one test per second bound's side) and the mixed ones
-        # are tested; `keep` marks their failures, `counts` their runs' passes.
-        counts = length
-        keep = None
-        has_second = (self.group_column2[group] >= 0) & (length > 0)
-        high2 = self.group_high2[group]
-        parts = [np.flatnonzero(has_second & ~high2), np.flatnonzero(has_second & high2)]
-        parts.append(np.flatnonzero((group == self.mixed) & (length > 0)))
-        for part, runs in enumerate(parts):
-            if not len(runs):
-                continue
-            if keep is None:
-                keep, counts = np.ones(len(positions), dtype=bool), length.copy()
-            run_length = length[runs]
-            at = run_positions(offset[runs], run_length)
-            if part < 2:
-                ok = self._corner_test(
-                    query_lo,
-                    query_hi,
-                    np.take(positions, at),
-                    query[runs],
-                    group[runs],
-                    run_length,
-                    high=part == 1,
-                )
-            else:
-                ok = self._mixed_test(
-                    query_lo,
-                    query_hi,
-                    np.repeat(query[runs], run_length),
-                    np.take(entries, at),
-                    slots[which[runs]],
-                    forest,
-                    covers,
-                    exact,
-                )
-            keep[at] = ok
-            counts[runs] = np.add.reduceat(ok, np.cumsum(run_length) - run_length, dtype=np.int64)
-        if keep is not None:
-            entries = np.compress(keep, entries)  # (faster than a mask index)
-        per_query = np.bincount(which, weights=counts, minlength=len(queries)).astype(np.int64)
-        return per_query, entries
-
-    def _bound(
-        self,
-        query_lo: Bounds,
-        query_hi: Bounds,
-        column: Ids,
-        query: Ids,
-        high: Mask,
-        covering: Mask,
-    ) -> np.ndarray:
-        """The query bound that a key (a `high` one or not) on grid column `column`
-        (an index into the grid's columns) is compared with, per (key, query): a
-        low key meets (`overlaps`) a profile up to its high end, lies below
-        (`covers`) its low end; a high key the other way round."""
-        grid_column = self.grid.columns[column]
-        return np.where(
-            high == covering, query_hi[grid_column, query], query_lo[grid_column, query]
-        )
-
-    def _corner_test(
-        self,
-        query_lo: Bounds,
-        query_hi: Bounds,
-        positions: Ids,
-        query: Ids,
-        group: Ids,
-        length: Ids,
-        *,
-        high: bool,
-    ) -> Mask:
-        """Which members of runs of corner groups whose second key is a `high`
-        bound (or a low one) hold on it (kept beside the first, read
-        contiguously): a low bound up to the query's bound, a high one from it.
-        O(members)."""
-        value = self._bound(
+        + mixed members × columns), in one compiled pass (`cell_answers`)."""
+        pool = self.pool
+        counts, entries, pending = cell_answers.answer(
+            queries,
+            slots,
+            pool.start[slots],
+            pool.ends,
             query_lo,
             query_hi,
-            self.group_column2[group],
-            query,
-            np.full(len(group), high),
-            self.group_covers[group],
+            pool["entry"],
+            pool["key"],
+            pool["key2"],
+            pool["res"],
+            self.group_column,
+            self.group_high,
+            self.group_column2,
+            self.group_high2,
+            self.group_covers,
+            self.group_tested,
+            self.grid.columns,
+            self.res_column,
+            self.mixed_columns,
+            forest.lo,
+            forest.hi,
+            forest.entries.owner,
+            covers,
+            forest.exact,
         )
-        key2 = np.take(self.pool["key2"], positions)
-        value = np.repeat(value, length)
-        return np.greater_equal(key2, value) if high else np.less_equal(key2, value)
-
-    def _mixed_test(
-        self,
-        query_lo: Bounds,
-        query_hi: Bounds,
-        queries: Ids,
-        entries: Ids,
-        slots: Ids,
-        forest: Forest,
-        covers: np.ndarray,
-        exact: ExactTest,
-    ) -> Mask:
-        """Which mixed members (of runs of the cells `slots`) hold: every column
-        their cells' mixed members constrain, from the forest's boxes (overlaps,
-        or covers for a `covers` entry), then the exact test where a box is only
-        a necessary condition. O(members × columns)."""
-        nodes = np.take(forest.entries.owner, entries)
-        relation = np.take(covers, entries)
-        any_covers = bool(relation.any())
-        columns = self.mixed_columns[np.unique(slots)].any(axis=0)[: forest.lo.shape[0]]
+        if not len(pending):
+            return counts, entries
+        # mixed members whose box is only a necessary condition: the conjunction decides
+        which = np.searchsorted(np.cumsum(counts), pending, side="right")
         keep = np.ones(len(entries), dtype=bool)
-        for column in np.flatnonzero(columns).tolist():
-            box_lo, box_hi = np.take(forest.lo[column], nodes), np.take(forest.hi[column], nodes)
-            p_lo, p_hi = np.take(query_lo[column], queries), np.take(query_hi[column], queries)
-            ok = (box_lo <= p_hi) & (p_lo <= box_hi)
-            if any_covers:  # (inside and meeting: a missing attribute is inside any box)
-                ok &= ~relation | ((box_lo <= p_lo) & (p_hi <= box_hi))
-            keep &= ok
-        for i in np.flatnonzero(keep & np.take(forest.exact, nodes)).tolist():
-            overlaps, covering = exact(int(queries[i]), int(nodes[i]))
-            keep[i] = covering if relation[i] else overlaps
-        return keep
+        for at, i in zip(pending.tolist(), which.tolist(), strict=True):
+            entry = int(entries[at])
+            overlaps, covering = exact(int(queries[i]), int(forest.entries.owner[entry]))
+            keep[at] = covering if covers[entry] else overlaps
+        counts = counts - np.bincount(which[~keep[pending]], minlength=len(counts))
+        return counts, np.compress(keep, entries)
 
     # -- checks -------------------------------------------------------------
 
