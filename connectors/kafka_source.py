@@ -171,6 +171,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self.idle_ms < 0:
             raise ValueError("eventTime.idleMs must be 0 or more")
         self._planner = None  # confluent_kafka.Consumer, driver only
+        self._listed: set[tuple[str, int]] = set()  # partitions the broker has listed
         self._target: dict[tuple[str, int], int] | None = None  # Trigger.AvailableNow
         self._latest: off.Offsets | None = None
         self._ahead: dict[tuple[str, int], off.ReadAhead] = {}  # eventTime, driver only
@@ -191,21 +192,32 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """(low, high) of every partition of the subscribed topics; missing topics have none.
 
         A broker that does not answer (restarting, say) is waited for as a reading
-        task waits for records (`_fetch`): up to the poll timeout, then the query fails."""
+        task waits for records (`_fetch`): up to the poll timeout, then the query fails.
+        So is one whose metadata lacks a partition it listed before (a broker still
+        loading its partitions after a restart): planned without it, a batch would
+        let the watermark pass that partition's records, and they would be late."""
         from confluent_kafka import KafkaException
 
         deadline = time.monotonic() + self.poll_timeout
         while True:
             try:
-                return self._read_watermarks()
+                marks = self._read_watermarks()
+                missing = sorted(self._listed - marks.keys())
+                if not missing:
+                    self._listed |= marks.keys()
+                    return marks
+                problem = "the broker's metadata lacks partitions it listed: " + ", ".join(
+                    f"{topic}[{partition}]" for topic, partition in missing
+                )
             except KafkaException as exc:
                 error = exc.args[0]
                 if not _passing(error):
                     raise
-                if time.monotonic() > deadline:
-                    message = _unanswered(self.client_options, self.poll_timeout, error)
-                    raise TimeoutError(message) from None
-                time.sleep(1.0)
+                problem = error.str()
+            if time.monotonic() > deadline:
+                message = _unanswered(self.client_options, self.poll_timeout, problem)
+                raise TimeoutError(message) from None
+            time.sleep(1.0)
 
     def _read_watermarks(self) -> dict[tuple[str, int], tuple[int, int]]:
         from confluent_kafka import Consumer, TopicPartition
@@ -234,6 +246,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target = {tp: hi for tp, (_lo, hi) in self._watermarks().items()}
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        self._listed.update(off.read_mark(start).positions)  # (read before: listed then)
         marks = self._watermarks()
         self._latest = off.canonical({tp: hi for tp, (_lo, hi) in marks.items()})
         if self._target is not None:
@@ -369,11 +382,11 @@ def _passing(error: object) -> bool:
     return not error.fatal() and (error.code() in waited or error.retriable())
 
 
-def _unanswered(options: Mapping[str, str], timeout: float, error: object) -> str:
+def _unanswered(options: Mapping[str, str], timeout: float, problem: str) -> str:
     """The one line of a broker that did not answer within the poll timeout."""
     return (
         f"Kafka at {options['kafka.bootstrap.servers']} did not answer within {timeout:g}s "
-        f"(kafkaConsumer.pollTimeoutMs): {error.str()}"
+        f"(kafkaConsumer.pollTimeoutMs): {problem}"
     )
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -174,3 +175,49 @@ def test_idle_and_new_partitions():
     assert third["watermark"] == 200  # p-0 read to its end; s-0 drained but not idle
     holding.clear()
     assert plan_with(third, marks)["watermark"] == 300  # s-0 idle: nothing holds it back
+
+
+class _Broker:
+    """A planner consumer's view of a broker: `listings` are what successive
+    metadata requests list, {topic: [partition, ...]}; every partition's
+    watermarks are (0, 10)."""
+
+    def __init__(self, *listings: dict[str, list[int]]) -> None:
+        self.listings = list(listings)
+        self.asked = 0
+
+    def list_topics(self, topic, timeout):
+        from types import SimpleNamespace
+
+        listing = self.listings[min(self.asked, len(self.listings) - 1)]
+        if topic == sorted(listing)[-1]:
+            self.asked += 1
+        meta = SimpleNamespace(error=None, partitions=dict.fromkeys(listing[topic]))
+        return SimpleNamespace(topics={topic: meta})
+
+    def get_watermark_offsets(self, tp, timeout, cached):
+        return (0, 10)
+
+
+def test_a_partition_missing_from_a_restarted_brokers_metadata_is_waited_for(monkeypatch):
+    """A broker still loading its partitions after a restart lists fewer: the
+    planner waits for the ones it listed before (or the stream has read)
+    instead of planning without them, which would make their records late."""
+    from connectors.kafka_source import KafkaStreamReader
+
+    monkeypatch.setattr("connectors.kafka_source.time.sleep", lambda s: None)
+    reader = KafkaStreamReader({"subscribe": "s,p", "kafka.bootstrap.servers": "x:1"})
+    full = {"s": [0, 1], "p": [0, 1]}
+    reader._planner = _Broker(full, {"s": [0, 1], "p": [0]}, {"s": [0, 1], "p": []}, full)
+    assert len(reader._watermarks()) == 4
+    assert len(reader._watermarks()) == 4 and reader._planner.asked == 4
+    # a restarted job knows the partitions its checkpoint has read
+    reader = KafkaStreamReader({"subscribe": "s,p", "kafka.bootstrap.servers": "x:1"})
+    reader._planner = _Broker({"s": [0, 1], "p": [0]}, full)
+    reader._listed.update(off.read_mark({"s": {"0": 3, "1": 3}, "p": {"0": 3, "1": 4}}).positions)
+    assert len(reader._watermarks()) == 4 and reader._planner.asked == 2
+    # one that stays missing fails the query at the poll timeout, saying which
+    reader.poll_timeout = 0
+    reader._planner = _Broker({"s": [0, 1], "p": [0]})
+    with pytest.raises(TimeoutError, match=r"lacks partitions it listed: p\[1\]"):
+        reader._watermarks()
