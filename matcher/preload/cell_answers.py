@@ -63,6 +63,7 @@ def _bound(
 def answer(
     queries: np.ndarray,
     slots: np.ndarray,
+    order: np.ndarray,
     base: np.ndarray,
     ends: np.ndarray,
     query_lo: np.ndarray,
@@ -89,14 +90,16 @@ def answer(
     """See `SubscriptionCells.match`: per query, how many entries hold; the
     entries, in query order (each query's groups in order, each group's
     members in order); and the positions in them of members still to be
-    tested exactly. Two passes: the runs narrowed by search (their lengths
-    bound the answer), then the runs copied or tested into it."""
+    tested exactly. Two passes over the queries in `order` (by cell: a cell's
+    members are read while the caches hold them): the runs narrowed by
+    search (their lengths bound the answer), then the runs copied or tested
+    into it; then each query's answer is moved into query order."""
     n, groups = len(queries), ends.shape[1]
     mixed = groups - 1
     run_start = np.empty((n, groups), dtype=np.int64)
     run_stop = np.empty((n, groups), dtype=np.int64)
     most = 0
-    for i in range(n):
+    for i in order:
         query, slot = queries[i], slots[i]
         stop = base[i]
         for group in range(groups):
@@ -118,13 +121,15 @@ def answer(
                     end = _first_above(member_key, begin, end, value)
             run_start[i, group], run_stop[i, group] = begin, end
             most += max(end - begin, 0)
-    out = np.empty(most, dtype=member_entry.dtype)
+    scratch = np.empty(most, dtype=member_entry.dtype)
     counts = np.zeros(n, dtype=np.int64)
-    pending = np.empty(0, dtype=np.int64)
+    firsts = np.zeros(n, dtype=np.int64)
+    pending = np.empty(0, dtype=np.int64)  # (where in scratch, query)
+    pending_query = np.empty(0, dtype=np.int64)
     pending_count = 0
     columns = min(node_lo.shape[0], mixed_columns.shape[1])
     written = 0
-    for i in range(n):
+    for i in order:
         query, slot = queries[i], slots[i]
         first = written
         for group in range(groups):
@@ -152,12 +157,12 @@ def answer(
                     if holds:
                         if exact[node]:
                             if pending_count == len(pending):
-                                grown = np.empty(max(16, 2 * len(pending)), dtype=np.int64)
-                                grown[:pending_count] = pending
-                                pending = grown
+                                pending = _grown(pending, pending_count)
+                                pending_query = _grown(pending_query, pending_count)
                             pending[pending_count] = written
+                            pending_query[pending_count] = i
                             pending_count += 1
-                        out[written] = entry
+                        scratch[written] = entry
                         written += 1
             elif column2 >= 0:
                 high2 = group_high2[group]
@@ -167,13 +172,32 @@ def answer(
                 for at in range(begin, end):
                     key2 = member_key2[at]
                     if (key2 >= value) if high2 else (key2 <= value):
-                        out[written] = member_entry[at]
+                        scratch[written] = member_entry[at]
                         written += 1
             else:
-                out[written : written + end - begin] = member_entry[begin:end]
+                scratch[written : written + end - begin] = member_entry[begin:end]
                 written += end - begin
-        counts[i] = written - first
-    return counts, out[:written], pending[:pending_count]
+        counts[i], firsts[i] = written - first, first
+    # back in query order, and the pending positions with them
+    out = np.empty(written, dtype=member_entry.dtype)
+    at = 0
+    starts = np.empty(n, dtype=np.int64)
+    for i in range(n):
+        starts[i] = at
+        out[at : at + counts[i]] = scratch[firsts[i] : firsts[i] + counts[i]]
+        at += counts[i]
+    for k in range(pending_count):
+        i = pending_query[k]
+        pending[k] += starts[i] - firsts[i]
+    return counts, out, pending[:pending_count]
+
+
+@numba.njit(cache=True, nogil=True)
+def _grown(array: np.ndarray, used: int) -> np.ndarray:
+    """`array` copied into one twice as long (16 at least)."""
+    out = np.empty(max(16, 2 * len(array)), dtype=array.dtype)
+    out[:used] = array[:used]
+    return out
 
 
 def warm() -> None:
@@ -183,7 +207,7 @@ def warm() -> None:
     ids, flags = np.zeros(1, dtype=np.int64), np.zeros(1, dtype=bool)
     bounds, none = np.zeros((1, 1)), np.zeros(0, dtype=np.int64)
     answer(
-        *(none, none, none, np.zeros((0, 1), dtype=np.int64), bounds, bounds),
+        *(none, none, none, none, np.zeros((0, 1), dtype=np.int64), bounds, bounds),
         *(np.zeros(1, dtype=np.int32), bounds[0], bounds[0], np.zeros(1, dtype=np.float32)),
         *(ids, flags, ids, flags, flags, flags, ids, ids),
         *(np.zeros((1, 1), dtype=bool), bounds, bounds, ids, flags, flags),

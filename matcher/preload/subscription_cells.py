@@ -487,6 +487,7 @@ class SubscriptionCells:
         counts, entries, pending = cell_answers.answer(
             queries,
             slots,
+            np.argsort(slots, kind="stable"),
             pool.start[slots],
             pool.ends,
             query_lo,
