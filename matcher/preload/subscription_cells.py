@@ -15,17 +15,20 @@ the cell still has to be asked about them:
 - *corner (two columns, a bound of each)*: one bound inside the cell on each
   of two grid columns. Sorted by the first, cut by a search; the second bound,
   kept beside it, is tested on the run.
-- *mixed*: anything else (two bounds of one column inside the cell, an exact
+- *band (column)*: both bounds of one grid column inside the cell, the other
+  columns covered. Sorted by the low bound, cut by a search; the high bound,
+  kept beside it, is tested on the run, as a corner's second bound is.
+- *mixed*: anything else (three bounds or more inside the cell, an exact
   box, other columns constrained in ways the cell does not keep, an entry
   added since the cell was sorted): every column it constrains is tested.
 
-Each sure, edge and corner group comes twice: *free* entries constrain
+Each sure, edge, corner and band group comes twice: *free* entries constrain
 nothing but the grid columns, *tested* ones constrain one other column too
 (the cell's residual column, the one its entries constrain most: a vehicle's
 kind, say), whose bounds are kept beside them and tested on the run. And each
 comes once per relation, whose searches differ. So for a point or small
 profile inside a cell the answer is a few runs of precomputed entries found
-in O(log(cell)) steps, plus a test of the contiguous runs of the corner and
+in O(log(cell)) steps, plus a test of the contiguous runs of the corner, band and
 tested groups: its cost grows with the answer, not with the number of
 subscriptions held.
 
@@ -87,7 +90,7 @@ class SubscriptionCells:
         self.grid = grid
         k = len(grid.columns)
         pairs = list(combinations(range(k), 2))
-        self.block = 1 + 2 * k + 4 * len(pairs)  # sure, edges, corners
+        self.block = 1 + 2 * k + 4 * len(pairs) + k  # sure, edges, corners, bands
         self.mixed = 4 * self.block  # (relation, tested) × block, then mixed
         self.pool = CellPool(self.mixed + 1, FIELDS)
         self.pair_index = np.full((k, k), -1, dtype=np.int64)
@@ -105,12 +108,15 @@ class SubscriptionCells:
         is_edge = (edge >= 1) & (edge <= 2 * k) & (group < self.mixed)
         self.group_column[is_edge] = (edge[is_edge] - 1) // 2
         self.group_high[is_edge] = (edge[is_edge] - 1) % 2 == 1
-        corner = (edge > 2 * k) & (group < self.mixed)
+        corner = (edge > 2 * k) & (edge < self.block - k) & (group < self.mixed)
         at = edge[corner] - 1 - 2 * k
         if len(pairs):
             first, second = np.array(pairs).T
             self.group_column[corner], self.group_column2[corner] = first[at // 4], second[at // 4]
             self.group_high[corner], self.group_high2[corner] = (at % 4) // 2 == 1, at % 2 == 1
+        band = (edge >= self.block - k) & (group < self.mixed)
+        self.group_column[band] = self.group_column2[band] = edge[band] - (self.block - k)
+        self.group_high2[band] = True
         self.group_covers = (kind // 2 == 1) & (group < self.mixed)
         self.group_tested = (kind % 2 == 1) & (group < self.mixed)
         self.by_key: dict[int, int] = {}
@@ -293,6 +299,7 @@ class SubscriptionCells:
         n, k = len(nodes), len(self.grid.columns)
         cells = slots[which]
         cuts = np.zeros(n, dtype=np.int8)
+        band = np.zeros(n, dtype=bool)
         bad = np.take(forest.exact, nodes)
         key, key2 = np.zeros(n), np.zeros(n)
         first, high1 = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=bool)
@@ -301,22 +308,23 @@ class SubscriptionCells:
             box_lo, box_hi = np.take(forest.lo[column], nodes), np.take(forest.hi[column], nodes)
             low = box_lo > np.take(self.lo[c], cells)
             high = box_hi < np.take(self.hi[c], cells)
-            bad |= low & high
+            both = low & high  # (a band: its second key is its own high bound)
             cut = low | high
             bound = np.where(low, box_lo, box_hi)
-            is_first, is_second = cut & (cuts == 0), cut & (cuts == 1)
+            is_first, is_second = cut & (cuts == 0), (cut & (cuts == 1)) | (both & (cuts == 0))
             key = np.where(is_first, bound, key)
-            first, high1 = np.where(is_first, c, first), np.where(is_first, high, high1)
-            key2 = np.where(is_second, bound, key2)
+            first, high1 = np.where(is_first, c, first), np.where(is_first, ~low, high1)
+            key2 = np.where(is_second, np.where(both, box_hi, bound), key2)
             second, high2 = np.where(is_second, c, second), np.where(is_second, high, high2)
-            cuts += cut
+            band |= both & (cuts == 0)
+            cuts += cut.astype(np.int8) + both
         bad |= cuts > 2
         edge = np.where(cuts == 1, 1 + 2 * first + high1, 0)
         if k > 1:
-            pair = self.pair_index[first, second]
-            edge = np.where(
-                cuts == 2, 1 + 2 * k + 4 * pair + 2 * high1.astype(np.int64) + high2, edge
-            )
+            corner = (cuts == 2) & ~band
+            pair = self.pair_index[first, np.where(corner, second, k - 1)]
+            edge = np.where(corner, 1 + 2 * k + 4 * pair + 2 * high1.astype(np.int64) + high2, edge)
+        edge = np.where(band, self.block - k + first, edge)
         # residual: the one other column constrained (the cell's most common one)
         columns = forest.lo.shape[0]
         grid = set(self.grid.columns.tolist())
