@@ -169,11 +169,15 @@ def answer(
                 value = _bound(
                     query_lo, query_hi, grid_columns[column2], query, high2, group_covers[group]
                 )
-                for at in range(begin, end):
-                    key2 = member_key2[at]
-                    if (key2 >= value) if high2 else (key2 <= value):
+                # (each member written, and kept by its test: no branch to mispredict)
+                if high2:
+                    for at in range(begin, end):
                         scratch[written] = member_entry[at]
-                        written += 1
+                        written += member_key2[at] >= value
+                else:
+                    for at in range(begin, end):
+                        scratch[written] = member_entry[at]
+                        written += member_key2[at] <= value
             else:
                 scratch[written : written + end - begin] = member_entry[begin:end]
                 written += end - begin
