@@ -4,11 +4,12 @@ A profile inside a cell is answered by a few runs of each group of the cell's
 members (`subscription_cells`): a binary search narrows the run (to the
 residual value, then by the sort key), and the run is copied as it is, or
 copied where each member passes one more test (a corner's second bound, a
-mixed member's columns). In numpy that is a dozen passes over the answer
+band's high bound, a mixed member's columns). In numpy that is a dozen passes over the answer
 (positions, gathers, masks, compaction), each a full sweep of memory; here
 each member is read once and each answer written once, by a loop that numba
-compiles to machine code (cached on disk beside this module, so a process
-pays the compile once per install, not per start).
+compiles to machine code (cached on disk: beside this module, or in numba's
+user-wide cache where the module lies in a zip, as on a cluster's executors;
+so a process pays the compile once per install, not per start).
 
 The exact test of a mixed member whose box is only a necessary condition
 stays with the caller, which asks the conjunction itself: `answer` returns

@@ -322,7 +322,7 @@ class SubscriptionCells:
         edge = np.where(cuts == 1, 1 + 2 * first + high1, 0)
         if k > 1:
             corner = (cuts == 2) & ~band
-            pair = self.pair_index[first, np.where(corner, second, k - 1)]
+            pair = self.pair_index[first, second]  # (-1 off the corners: unused)
             edge = np.where(corner, 1 + 2 * k + 4 * pair + 2 * high1.astype(np.int64) + high2, edge)
         edge = np.where(band, self.block - k + first, edge)
         # residual: the one other column constrained (the cell's most common one)
