@@ -407,15 +407,17 @@ class Delivery:
             self._unindexed.append(pid)  # (by subscription when a step needs it)
             self._changed.firsts.append((pid, groups))  # (all it changes: `drain_changes`)
         served = self.served
+        place: dict[str, int] | None = None  # (each sid's place in `raw`: at the first cut)
         for group, members in groups.items():
             policy = subs[members[0]].record.options
             if len(members) > 1 and len(members) > policy.k:
                 order = self._ranked(policy, group, pid, members, subs, profiles)
                 chosen = sorted(order[: policy.k])
                 left = set(members).difference(chosen)
+                if place is None:
+                    place = {sid: at for at, sid in enumerate(sids)}
                 for sid in left:  # (on, not told: each keeps a `Pair`)
-                    reason = raw[sids.index(sid)][1]
-                    pairs[sid, pid] = Pair(ON, None, reason, True, True)
+                    pairs[sid, pid] = Pair(ON, None, raw[place[sid]][1], True, True)
                 untold += left
                 members = groups[group] = chosen
             told += len(members)  # (settled: no Pair)
